@@ -1,0 +1,44 @@
+# Stackflow — see README.md. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+
+SUBSTRATE := ./hack/substrate.sh
+CONTROLLER_GEN = $(shell $(SUBSTRATE) dir controller-gen)/controller-gen
+CRD_DIR := operator/config/crd/bases
+# Tests that start a control plane or Pulumi may take a while on 2 cores.
+TEST_TIMEOUT ?= 40m
+GO_TEST_FLAGS ?=
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: substrate
+substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi, pulumi-language-yaml
+	$(SUBSTRATE) all
+
+.PHONY: tools
+tools: ## Build the code generators (controller-gen)
+	$(SUBSTRATE) controller-gen
+
+.PHONY: generate
+generate: tools ## Regenerate deepcopy code and CRDs
+	$(CONTROLLER_GEN) object paths=./operator/api/...
+	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
+	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
+
+.PHONY: verify-generate
+verify-generate: generate ## Fail when generated files differ from what is committed
+	@if [ -n "$$(git status --porcelain -- operator/api $(CRD_DIR) hack/tools)" ]; then \
+	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api $(CRD_DIR); \
+	  echo "generated files are stale: run 'make generate' and commit the result" >&2; exit 1; fi
+
+.PHONY: build
+build: ## Build every package and vet it
+	go build ./...
+	go vet ./...
+
+.PHONY: test
+test: substrate tools build ## Obtain the substrate, then run the whole test suite
+	$(MAKE) verify-generate
+	eval "$$($(SUBSTRATE) env)" && go test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...

@@ -1,0 +1,65 @@
+package v1
+
+// Stack condition types, following kstatus: Ready is always present; Reconciling
+// and Stalled are present only while True.
+const (
+	// ReadyCondition is True when the last update succeeded for the current
+	// generation, source revision and configuration.
+	ReadyCondition = "Ready"
+	// ReconcilingCondition is True while the operator works toward Ready
+	// (waiting for a workspace, a prerequisite, a running update, or a retry).
+	ReconcilingCondition = "Reconciling"
+	// StalledCondition is True when the Stack cannot progress until the user
+	// changes its spec, a referenced object or its source.
+	StalledCondition = "Stalled"
+	// DriftDetectedCondition is True when a resync refresh found that the
+	// infrastructure differs from the stack's state.
+	DriftDetectedCondition = "DriftDetected"
+)
+
+// Ready condition reasons.
+const (
+	// ReadyCompletedReason: the last update succeeded and is current.
+	ReadyCompletedReason = "ProcessingCompleted"
+	// NotReadyInProgressReason: work is under way (see Reconciling).
+	NotReadyInProgressReason = "NotReadyInProgress"
+	// NotReadyStalledReason: the Stack is stalled (see Stalled).
+	NotReadyStalledReason = "NotReadyStalled"
+)
+
+// Reconciling condition reasons.
+const (
+	// ReconcilingProcessingReason: the workspace is being prepared or an update
+	// is running.
+	ReconcilingProcessingReason = "StackProcessing"
+	// ReconcilingRetryReason: the last update failed and will be retried.
+	ReconcilingRetryReason = "RetryingAfterFailure"
+	// ReconcilingPrerequisiteNotSatisfiedReason: a prerequisite Stack has not
+	// (recently enough) succeeded.
+	ReconcilingPrerequisiteNotSatisfiedReason = "PrerequisiteNotSatisfied"
+	// ReconcilingDeletingReason: the Stack is being deleted (destroy running).
+	ReconcilingDeletingReason = "Deleting"
+)
+
+// Stalled condition reasons.
+const (
+	// StalledSpecInvalidReason: the spec cannot be acted on as written.
+	StalledSpecInvalidReason = "SpecInvalid"
+	// StalledSourceUnavailableReason: the program source (repository, branch,
+	// Program, Flux source) or a referenced ConfigMap or Secret is missing or
+	// unreadable.
+	StalledSourceUnavailableReason = "SourceUnavailable"
+	// StalledConflictReason: another update holds the stack and
+	// retryOnUpdateConflict is off.
+	StalledConflictReason = "UpdateConflict"
+	// StalledWorkspaceFailedReason: the workspace cannot be made ready.
+	StalledWorkspaceFailedReason = "WorkspaceFailed"
+	// StalledUpdateFailedReason: the update failed repeatedly; retries stop
+	// until the spec or source changes.
+	StalledUpdateFailedReason = "UpdateFailed"
+	// StalledNamespaceTerminatingReason: the namespace is being deleted.
+	StalledNamespaceTerminatingReason = "NamespaceTerminating"
+	// StalledDestroyFailedReason: destroy on finalize failed; the finalizer is
+	// kept until it succeeds.
+	StalledDestroyFailedReason = "DestroyFailed"
+)

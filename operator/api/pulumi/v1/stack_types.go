@@ -1,0 +1,614 @@
+package v1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+)
+
+// ReconcileRequestAnnotation asks the operator to reconcile a Stack now: any new
+// value (a timestamp, by convention) starts a reconcile, and the Stack's
+// status.observedReconcileRequest echoes it once handled.
+const ReconcileRequestAnnotation = "pulumi.com/reconciliation-request"
+
+// StackSpec is the desired state of a Stack: which program, which Pulumi stack,
+// which configuration, and when to run it.
+// +kubebuilder:validation:XValidation:rule="!(has(self.branch) && has(self.commit))",message="spec.branch and spec.commit are mutually exclusive: track a branch, or pin a commit"
+// +kubebuilder:validation:XValidation:rule="(has(self.projectRepo) ? 1 : 0) + (has(self.programRef) ? 1 : 0) + (has(self.fluxSource) ? 1 : 0) <= 1",message="set at most one program source among spec.projectRepo, spec.programRef and spec.fluxSource"
+// +kubebuilder:validation:XValidation:rule="!has(self.projectRepo) || has(self.branch) || has(self.commit)",message="spec.projectRepo needs spec.branch (to track) or spec.commit (to pin)"
+type StackSpec struct {
+	// accessTokenSecret is the name of a Secret whose key "accessToken" holds the
+	// Pulumi access token. Deprecated: use envRefs with PULUMI_ACCESS_TOKEN.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	AccessTokenSecret string `json:"accessTokenSecret,omitempty"`
+
+	// envs lists ConfigMaps (in the Stack's namespace) whose entries are all
+	// exported as environment variables. Deprecated: use envRefs.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Envs []string `json:"envs,omitempty"`
+
+	// envRefs sets environment variables of the Pulumi process from Secrets,
+	// files, other variables or literals, keyed by the variable name.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=256
+	EnvRefs map[string]ResourceRef `json:"envRefs,omitempty"`
+
+	// envSecrets lists Secrets (in the Stack's namespace) whose entries are all
+	// exported as environment variables. Deprecated: use envRefs.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	SecretEnvs []string `json:"envSecrets,omitempty"`
+
+	// backend is the Pulumi state backend URL (https://api.pulumi.com, s3://…,
+	// file://…). Empty means the backend named by PULUMI_BACKEND_URL in the
+	// workspace, or Pulumi Cloud.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	Backend string `json:"backend,omitempty"`
+
+	// stack is the fully qualified Pulumi stack name ([org/][project/]stack).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Stack string `json:"stack"`
+
+	// config sets stack configuration values, keyed by configuration key
+	// ("aws:region", "app:settings"). Values may be any JSON: strings, numbers,
+	// booleans, objects and arrays.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=1024
+	Config map[string]apiextensionsv1.JSON `json:"config,omitempty"`
+
+	// secrets sets secret configuration values from literals. Deprecated: use
+	// secretsRef, which keeps the values out of the Stack object.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=1024
+	Secrets map[string]string `json:"secrets,omitempty"`
+
+	// configRef sets configuration values from ConfigMap keys, keyed by
+	// configuration key.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=1024
+	ConfigRef map[string]ConfigMapRef `json:"configRef,omitempty"`
+
+	// secretsRef sets secret configuration values from Secrets, files, variables
+	// or literals, keyed by configuration key. They are stored encrypted and never
+	// shown in status, events or logs.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=1024
+	SecretRefs map[string]ResourceRef `json:"secretsRef,omitempty"`
+
+	// secretsProvider is the secrets provider used when the stack is created
+	// ("passphrase", "awskms://…", "gcpkms://…", …).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	SecretsProvider string `json:"secretsProvider,omitempty"`
+
+	// GitSource: projectRepo, branch or commit, repoDir, shallow, gitAuth.
+	*GitSource `json:",inline"`
+
+	// fluxSource takes the program from a Flux source (GitRepository,
+	// OCIRepository, Bucket) artifact.
+	// +optional
+	FluxSource *FluxSource `json:"fluxSource,omitempty"`
+
+	// programRef takes the program from a Program object in the same namespace.
+	// +optional
+	ProgramRef *ProgramReference `json:"programRef,omitempty"`
+
+	// targets limits updates to these resource URNs.
+	// +optional
+	// +kubebuilder:validation:MaxItems=1024
+	Targets []string `json:"targets,omitempty"`
+
+	// targetDependents also updates resources that depend on the targets.
+	// +optional
+	TargetDependents bool `json:"targetDependents,omitempty"`
+
+	// prerequisites are Stacks (in the same namespace) whose last update must have
+	// succeeded before this Stack updates: the way to order dev → test → prod.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Prerequisites []PrerequisiteRef `json:"prerequisites,omitempty"`
+
+	// continueResyncOnCommitMatch keeps running updates every
+	// resyncFrequencySeconds even when the commit has not changed (to correct
+	// drift).
+	// +optional
+	ContinueResyncOnCommitMatch bool `json:"continueResyncOnCommitMatch,omitempty"`
+
+	// refresh refreshes the state from the providers before each update.
+	// +optional
+	Refresh bool `json:"refresh,omitempty"`
+
+	// expectNoRefreshChanges fails an update whose refresh finds changes.
+	// +optional
+	ExpectNoRefreshChanges bool `json:"expectNoRefreshChanges,omitempty"`
+
+	// destroyOnFinalize destroys the stack's resources when the Stack is deleted.
+	// +optional
+	DestroyOnFinalize bool `json:"destroyOnFinalize,omitempty"`
+
+	// runProgram runs the program during refresh and destroy.
+	// +optional
+	RunProgram bool `json:"runProgram,omitempty"`
+
+	// retryOnUpdateConflict retries an update that failed because another
+	// update held the stack.
+	// +optional
+	RetryOnUpdateConflict bool `json:"retryOnUpdateConflict,omitempty"`
+
+	// useLocalStackOnly uses the stack configuration file (Pulumi.<stack>.yaml)
+	// from the program source and never creates the stack in the backend.
+	// +optional
+	UseLocalStackOnly bool `json:"useLocalStackOnly,omitempty"`
+
+	// resyncFrequencySeconds is how often, in seconds, the Stack re-resolves its
+	// branch and (with continueResyncOnCommitMatch) re-runs. Minimum 60; default
+	// 60 for branch tracking.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == 0 || self >= 60",message="spec.resyncFrequencySeconds must be at least 60 (or 0 for the default)"
+	ResyncFrequencySeconds int64 `json:"resyncFrequencySeconds,omitempty"`
+
+	// serviceAccountName is the Kubernetes service account of the workspace pod.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// workspaceTemplate is merged (strategic merge patch) over the Workspace
+	// generated for this Stack, to customize its image, resources, pod, etc.
+	// +optional
+	WorkspaceTemplate *WorkspaceTemplate `json:"workspaceTemplate,omitempty"`
+
+	// workspaceReclaimPolicy says what happens to the Workspace after a
+	// successful update: Retain (the default) keeps it for the next update,
+	// Delete removes it to save resources.
+	// +optional
+	WorkspaceReclaimPolicy WorkspaceReclaimPolicy `json:"workspaceReclaimPolicy,omitempty"`
+
+	// environment lists Pulumi ESC environments imported into the stack.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Environment []string `json:"environment,omitempty"`
+
+	// updateTemplate is merged over the Updates generated for this Stack, to set
+	// e.g. their ttlAfterCompleted, parallelism or labels.
+	// +optional
+	UpdateTemplate *UpdateTemplate `json:"updateTemplate,omitempty"`
+
+	// retryMaxBackoffDurationSeconds caps the exponential backoff between
+	// retries of a failed update. Default 3600.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RetryMaxBackoffDurationSeconds int64 `json:"retryMaxBackoffDurationSeconds,omitempty"`
+
+	// preview runs only previews: the Stack reports what would change and never
+	// changes infrastructure. Turn it off to deploy.
+	// +optional
+	Preview bool `json:"preview,omitempty"`
+}
+
+// GitSource is a git repository holding the Pulumi program.
+type GitSource struct {
+	// projectRepo is the git repository URL (https://, ssh://, git@host:path,
+	// file://).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	ProjectRepo string `json:"projectRepo,omitempty"`
+
+	// gitAuthSecret names a Secret with git credentials (keys accessToken, or
+	// username and password, or sshPrivateKey). Deprecated: use gitAuth.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	GitAuthSecret string `json:"gitAuthSecret,omitempty"`
+
+	// gitAuth selects the git credentials.
+	// +optional
+	GitAuth *GitAuthConfig `json:"gitAuth,omitempty"`
+
+	// repoDir is the directory within the repository holding Pulumi.yaml.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	RepoDir string `json:"repoDir,omitempty"`
+
+	// commit pins the program to this full 40-character commit SHA. Exclusive
+	// with branch.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9a-f]{40}$')",message="spec.commit must be a full 40-character lowercase hexadecimal commit SHA"
+	Commit string `json:"commit,omitempty"`
+
+	// branch tracks the head of this branch ("main" or "refs/heads/main"),
+	// re-resolved every resyncFrequencySeconds. Exclusive with commit.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Branch string `json:"branch,omitempty"`
+
+	// shallow fetches only the needed commit instead of the full history.
+	// +optional
+	Shallow bool `json:"shallow,omitempty"`
+}
+
+// PrerequisiteRef is a Stack that must have succeeded before this one updates.
+type PrerequisiteRef struct {
+	// name is the prerequisite Stack's name, in the same namespace.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="a prerequisite needs the name of a Stack"
+	Name string `json:"name"`
+
+	// requirement says what the prerequisite must satisfy; by default its last
+	// update must have succeeded.
+	// +optional
+	Requirement *RequirementSpec `json:"requirement,omitempty"`
+}
+
+// RequirementSpec is what a prerequisite Stack must satisfy.
+type RequirementSpec struct {
+	// succeededWithinDuration requires the prerequisite's last successful update
+	// to be at most this old (e.g. "1h"); an older one is asked to re-sync and
+	// waited for.
+	// +optional
+	SucceededWithinDuration *metav1.Duration `json:"succeededWithinDuration,omitempty"`
+}
+
+// GitAuthConfig selects git credentials: an access token, an SSH key, a user name
+// and password, or a GitHub App. Set one.
+// +kubebuilder:validation:XValidation:rule="(has(self.accessToken) ? 1 : 0) + (has(self.sshAuth) ? 1 : 0) + (has(self.basicAuth) ? 1 : 0) + (has(self.githubApp) ? 1 : 0) <= 1",message="spec.gitAuth takes one of accessToken, sshAuth, basicAuth or githubApp"
+type GitAuthConfig struct {
+	// accessToken is a personal access token.
+	// +optional
+	PersonalAccessToken *ResourceRef `json:"accessToken,omitempty"`
+
+	// sshAuth is an SSH private key with an optional password.
+	// +optional
+	SSHAuth *SSHAuth `json:"sshAuth,omitempty"`
+
+	// basicAuth is a user name and password.
+	// +optional
+	BasicAuth *BasicAuth `json:"basicAuth,omitempty"`
+
+	// githubApp authenticates as a GitHub App installation.
+	// +optional
+	GitHubApp *GitHubAppAuth `json:"githubApp,omitempty"`
+}
+
+// GitHubAppAuth holds a GitHub App's credentials.
+type GitHubAppAuth struct {
+	// appID is the App's numeric ID.
+	AppID ResourceRef `json:"appID"`
+	// installationID is the App installation's numeric ID.
+	InstallationID ResourceRef `json:"installationID"`
+	// privateKey is the App's PEM-encoded private key.
+	PrivateKey ResourceRef `json:"privateKey"`
+}
+
+// SSHAuth is an SSH private key, with an optional password.
+type SSHAuth struct {
+	// sshPrivateKey is the PEM-encoded private key.
+	SSHPrivateKey ResourceRef `json:"sshPrivateKey"`
+	// password decrypts the private key.
+	// +optional
+	Password *ResourceRef `json:"password,omitempty"`
+}
+
+// BasicAuth is a user name and password.
+type BasicAuth struct {
+	// userName is the user name.
+	UserName ResourceRef `json:"userName"`
+	// password is the password.
+	Password ResourceRef `json:"password"`
+}
+
+// FluxSource is a Flux source object whose artifact holds the program.
+type FluxSource struct {
+	// sourceRef names the Flux source object in the Stack's namespace.
+	SourceRef FluxSourceReference `json:"sourceRef"`
+	// dir is the directory within the artifact holding Pulumi.yaml.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Dir string `json:"dir,omitempty"`
+}
+
+// FluxSourceReference names a Flux source object.
+type FluxSourceReference struct {
+	// apiVersion of the source, e.g. source.toolkit.fluxcd.io/v1.
+	// +kubebuilder:validation:MinLength=1
+	APIVersion string `json:"apiVersion"`
+	// kind of the source: GitRepository, OCIRepository or Bucket.
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+	// name of the source.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// ProgramReference names a Program in the Stack's namespace.
+type ProgramReference struct {
+	// name is the Program's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// ResourceSelectorType is where a ResourceRef reads its value.
+// +kubebuilder:validation:Enum=Env;FS;Secret;Literal
+type ResourceSelectorType string
+
+const (
+	// ResourceSelectorEnv reads an environment variable of the operator.
+	ResourceSelectorEnv ResourceSelectorType = "Env"
+	// ResourceSelectorFS reads a file of the operator.
+	ResourceSelectorFS ResourceSelectorType = "FS"
+	// ResourceSelectorSecret reads a Secret key.
+	ResourceSelectorSecret ResourceSelectorType = "Secret"
+	// ResourceSelectorLiteral uses the literal value given.
+	ResourceSelectorLiteral ResourceSelectorType = "Literal"
+)
+
+// ResourceRef locates a value: a Secret key, a file, an environment variable or
+// a literal, chosen by type.
+// +kubebuilder:validation:XValidation:rule="self.type != 'Secret' || has(self.secret)",message="type Secret needs secret.name and secret.key"
+// +kubebuilder:validation:XValidation:rule="self.type != 'Env' || has(self.env)",message="type Env needs env.name"
+// +kubebuilder:validation:XValidation:rule="self.type != 'FS' || has(self.filesystem)",message="type FS needs filesystem.path"
+// +kubebuilder:validation:XValidation:rule="self.type != 'Literal' || has(self.literal)",message="type Literal needs literal.value"
+type ResourceRef struct {
+	// type is where the value is read: Env, FS, Secret or Literal.
+	SelectorType ResourceSelectorType `json:"type"`
+
+	// ResourceSelector: the location, matching type.
+	ResourceSelector `json:",inline"`
+}
+
+// ResourceSelector holds one location; set the one that matches the type.
+type ResourceSelector struct {
+	// filesystem reads a file.
+	// +optional
+	FileSystem *FSSelector `json:"filesystem,omitempty"`
+	// env reads an environment variable.
+	// +optional
+	Env *EnvSelector `json:"env,omitempty"`
+	// secret reads a Secret key.
+	// +optional
+	SecretRef *SecretSelector `json:"secret,omitempty"`
+	// literal is the value itself.
+	// +optional
+	LiteralRef *LiteralRef `json:"literal,omitempty"`
+}
+
+// FSSelector is a file path.
+type FSSelector struct {
+	// path of the file.
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+}
+
+// EnvSelector is an environment variable.
+type EnvSelector struct {
+	// name of the variable.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// SecretSelector is a key of a Secret.
+type SecretSelector struct {
+	// namespace of the Secret. Deprecated: only the Stack's own namespace is
+	// allowed; leave empty.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// key within the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key"`
+}
+
+// LiteralRef is a literal value.
+type LiteralRef struct {
+	// value is the literal.
+	Value string `json:"value"`
+}
+
+// ConfigMapRef is a key of a ConfigMap in the Stack's namespace.
+type ConfigMapRef struct {
+	// name of the ConfigMap.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="configRef needs the name of a ConfigMap"
+	Name string `json:"name"`
+	// key within the ConfigMap.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="configRef needs the key within the ConfigMap"
+	Key string `json:"key"`
+	// json parses the value as JSON, so structured values (objects, arrays,
+	// numbers, booleans) reach the program as such.
+	// +optional
+	JSON *bool `json:"json,omitempty"`
+}
+
+// WorkspaceReclaimPolicy says what happens to a Stack's Workspace after a
+// successful update.
+// +kubebuilder:validation:Enum=Retain;Delete
+type WorkspaceReclaimPolicy string
+
+const (
+	// WorkspaceReclaimRetain keeps the Workspace for the next update.
+	WorkspaceReclaimRetain WorkspaceReclaimPolicy = "Retain"
+	// WorkspaceReclaimDelete deletes the Workspace after a successful update.
+	WorkspaceReclaimDelete WorkspaceReclaimPolicy = "Delete"
+)
+
+// WorkspaceTemplate customizes the Workspace generated for a Stack.
+type WorkspaceTemplate struct {
+	// metadata adds labels and annotations to the Workspace.
+	// +optional
+	Metadata autov1alpha1.EmbeddedObjectMeta `json:"metadata,omitempty"`
+	// spec is merged over the generated Workspace spec.
+	// +optional
+	Spec *autov1alpha1.WorkspaceSpec `json:"spec,omitempty"`
+}
+
+// UpdateTemplate customizes the Updates generated for a Stack.
+type UpdateTemplate struct {
+	// metadata adds labels and annotations to the Updates.
+	// +optional
+	Metadata autov1alpha1.EmbeddedObjectMeta `json:"metadata,omitempty"`
+	// spec is merged over the generated Update spec.
+	// +optional
+	Spec *autov1alpha1.UpdateSpec `json:"spec,omitempty"`
+}
+
+// StackOutputs are a stack's outputs by name; secret values read "[secret]".
+type StackOutputs map[string]apiextensionsv1.JSON
+
+// ProjectInfo names a Pulumi project and its runtime.
+type ProjectInfo struct {
+	// name is the Pulumi project name.
+	Name string `json:"name"`
+	// runtime is the Pulumi project runtime.
+	Runtime string `json:"runtime"`
+}
+
+// StackUpdateStateMessage is the result of a Stack's last update.
+type StackUpdateStateMessage string
+
+const (
+	// SucceededStackStateMessage: the last update succeeded.
+	SucceededStackStateMessage StackUpdateStateMessage = "succeeded"
+	// FailedStackStateMessage: the last update failed.
+	FailedStackStateMessage StackUpdateStateMessage = "failed"
+)
+
+// Permalink links to an update in the Pulumi backend.
+type Permalink string
+
+// StackUpdateState is the record of a Stack's last finished update.
+type StackUpdateState struct {
+	// generation is the Stack generation the update ran for.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// reconcileRequest is the reconcile request the update ran for.
+	// +optional
+	ReconcileRequest string `json:"reconcileRequest,omitempty"`
+	// name is the Update object's name.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// type is the operation: up, preview, refresh or destroy.
+	// +optional
+	Type autov1alpha1.UpdateType `json:"type,omitempty"`
+	// state is "succeeded" or "failed".
+	// +optional
+	State StackUpdateStateMessage `json:"state,omitempty"`
+	// message is the update's result message.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// lastAttemptedCommit is the commit (or artifact revision) of the last
+	// update, successful or not.
+	// +optional
+	LastAttemptedCommit string `json:"lastAttemptedCommit,omitempty"`
+	// lastSuccessfulCommit is the commit (or artifact revision) of the last
+	// successful update.
+	// +optional
+	LastSuccessfulCommit string `json:"lastSuccessfulCommit,omitempty"`
+	// permalink links to the update in the backend.
+	// +optional
+	Permalink Permalink `json:"permalink,omitempty"`
+	// lastResyncTime is when the update finished.
+	// +optional
+	LastResyncTime metav1.Time `json:"lastResyncTime,omitempty"`
+	// failures counts consecutive failed updates; reset by a success.
+	// +optional
+	Failures int64 `json:"failures,omitempty"`
+}
+
+// CurrentStackUpdate is the update a Stack is running now.
+type CurrentStackUpdate struct {
+	// generation is the Stack generation the update runs for.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// reconcileRequest is the reconcile request the update runs for.
+	// +optional
+	ReconcileRequest string `json:"reconcileRequest,omitempty"`
+	// name is the Update object's name.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// commit is the commit (or artifact revision) being applied.
+	// +optional
+	Commit string `json:"commit,omitempty"`
+}
+
+// StackStatus is the observed state of a Stack.
+type StackStatus struct {
+	// outputs are the stack outputs after the last successful update; secret
+	// values read "[secret]".
+	// +optional
+	Outputs StackOutputs `json:"outputs,omitempty"`
+
+	// lastUpdate records the last finished update.
+	// +optional
+	LastUpdate *StackUpdateState `json:"lastUpdate,omitempty"`
+
+	// observedGeneration is the generation the status reflects.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// observedReconcileRequest is the last value of the
+	// pulumi.com/reconciliation-request annotation that was handled.
+	// +optional
+	ObservedReconcileRequest string `json:"observedReconcileRequest,omitempty"`
+
+	// conditions: Ready is always present; Reconciling while work is under way;
+	// Stalled while the Stack cannot progress without a change from the user.
+	// +optional
+	// +patchMergeKey=type
+	// +patchStrategy=merge
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// currentUpdate is the update in progress, if any.
+	// +optional
+	CurrentUpdate *CurrentStackUpdate `json:"currentUpdate,omitempty"`
+
+	// projectInfo names the Pulumi project.
+	// +optional
+	ProjectInfo *ProjectInfo `json:"projectInfo,omitempty"`
+}
+
+// Stack is a Pulumi stack kept up to date from a program source (a git branch or
+// commit, a Program, or a Flux artifact) by running Pulumi in a Workspace.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:categories=pulumi
+// +kubebuilder:subresource:status
+// +kubebuilder:storageversion
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Commit",type=string,JSONPath=`.status.lastUpdate.lastSuccessfulCommit`
+// +kubebuilder:printcolumn:name="Last Update",type=string,JSONPath=`.status.lastUpdate.state`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Stack",type=string,priority=1,JSONPath=`.spec.stack`
+// +kubebuilder:printcolumn:name="Branch",type=string,priority=1,JSONPath=`.spec.branch`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 42",message="Stack name must be at most 42 characters: it names the Workspace and its pods"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.prerequisites) || self.spec.prerequisites.all(p, p.name != self.metadata.name)",message="a Stack cannot be its own prerequisite"
+type Stack struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state of the Stack.
+	Spec StackSpec `json:"spec,omitempty"`
+	// status is the observed state of the Stack.
+	Status StackStatus `json:"status,omitempty"`
+}
+
+// StackList is a list of Stacks.
+// +kubebuilder:object:root=true
+type StackList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Stack `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Stack{}, &StackList{})
+}
