@@ -6,7 +6,7 @@
 #
 # A tool whose directory already holds a complete build (marked by .complete) is
 # reused. Usage: hack/substrate.sh [kube|pulumi|pulumi-yaml|controller-gen|protoc-gen-go|all|env]
-#   env   prints the environment the tests use (KUBEBUILDER_ASSETS, PATH additions).
+#   env   prints where the binaries are (KUBEBUILDER_ASSETS, STACKFLOW_PULUMI_ROOT, …).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,10 +52,11 @@ build_kube() {
 
 build_pulumi() {
   local out=$1
+  mkdir -p "$out/bin"
   (cd "$here/tools/pulumi" && \
     log "go build pulumi $PULUMI_VERSION (about 11 CPU-minutes cold)" && \
     go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
-      -o "$out/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
+      -o "$out/bin/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
 }
 
 build_pulumi_yaml() {
@@ -85,8 +86,10 @@ case "${1:-all}" in
     done_or_build "$(kube_dir)" build_kube
     ;;
   env)
+    # Where the binaries are (built or not); tests check that they exist.
     echo "export KUBEBUILDER_ASSETS=$(kube_dir)"
-    echo "export STACKFLOW_PULUMI_BIN=$(pulumi_dir):$(pulumi_yaml_dir)"
+    echo "export STACKFLOW_PULUMI_ROOT=$(pulumi_dir)"
+    echo "export STACKFLOW_PULUMI_LANGUAGE_YAML=$(pulumi_yaml_dir)"
     ;;
   dir) echo "$("${2//-/_}_dir")" ;;
   *) echo "usage: $0 [kube|pulumi|pulumi-yaml|controller-gen|all|env|dir TOOL]" >&2; exit 2 ;;

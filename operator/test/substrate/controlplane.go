@@ -1,0 +1,100 @@
+package substrate
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	pulumiv1alpha1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1alpha1"
+)
+
+// CRDDir is where the generated CRDs live.
+func CRDDir() string { return filepath.Join(RepoRoot(), "operator", "config", "crd", "bases") }
+
+// Scheme returns a scheme with the Kubernetes and Stackflow types.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme,
+		pulumiv1.AddToScheme, pulumiv1alpha1.AddToScheme, autov1alpha1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return s
+}
+
+// ControlPlane is a running kube-apiserver + etcd with the CRDs installed.
+type ControlPlane struct {
+	Env    *envtest.Environment
+	Config *rest.Config
+	Client client.Client
+}
+
+// StartControlPlane starts a control plane. Call Stop when done (TestMain) or use
+// StartControlPlaneT.
+func StartControlPlane() (*ControlPlane, error) {
+	p, err := Locate()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: p.KubeAssets,
+		CRDDirectoryPaths:     []string{CRDDir()},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                Scheme(),
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start control plane from %s (build it with `make substrate`): %w", p.KubeAssets, err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return &ControlPlane{Env: env, Config: cfg, Client: c}, nil
+}
+
+// Stop stops the control plane.
+func (cp *ControlPlane) Stop() error { return cp.Env.Stop() }
+
+// StartControlPlaneT starts a control plane for one test and stops it at cleanup.
+func StartControlPlaneT(t testing.TB) *ControlPlane {
+	t.Helper()
+	MustLocate(t)
+	cp, err := StartControlPlane()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Logf("stop control plane: %v", err)
+		}
+	})
+	return cp
+}
+
+// Namespace creates a namespace with a generated name for one test.
+func (cp *ControlPlane) Namespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := cp.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), ns) })
+	return ns.Name
+}
