@@ -22,20 +22,23 @@ tools: ## Build the code generators (controller-gen)
 	$(SUBSTRATE) controller-gen
 
 .PHONY: generate
-generate: tools ## Regenerate deepcopy code and CRDs
+generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace blocks
+	./hack/kube-staging-replace.sh .
+	./hack/gen-tools-kube.sh
 	$(CONTROLLER_GEN) object paths=./operator/api/...
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files differ from what is committed
-	@if [ -n "$$(git status --porcelain -- operator/api $(CRD_DIR) hack/tools)" ]; then \
+	@if [ -n "$$(git status --porcelain -- operator/api $(CRD_DIR) hack/tools go.mod go.sum)" ]; then \
 	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api $(CRD_DIR); \
 	  echo "generated files are stale: run 'make generate' and commit the result" >&2; exit 1; fi
 
 .PHONY: build
-build: ## Build every package and vet it
+build: ## Build every package (and the pinned future dependencies) and vet it
 	go build ./...
+	go build -tags deps ./hack/deps
 	go vet ./...
 
 .PHONY: test

@@ -81,9 +81,14 @@ case "${1:-all}" in
   pulumi-yaml) done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml ;;
   controller-gen) done_or_build "$(controller_gen_dir)" build_controller_gen ;;
   all)
-    done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml
-    done_or_build "$(pulumi_dir)" build_pulumi
-    done_or_build "$(kube_dir)" build_kube
+    # The builds run side by side: each go build leaves cores idle while it
+    # downloads and links, so together they finish well before one after another.
+    pids=()
+    done_or_build "$(kube_dir)" build_kube & pids+=($!)
+    (done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml && done_or_build "$(pulumi_dir)" build_pulumi) & pids+=($!)
+    rc=0
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    [ $rc -eq 0 ] || { log "a substrate build failed (see above)"; exit 1; }
     ;;
   env)
     # Where the binaries are (built or not); tests check that they exist.
