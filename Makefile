@@ -4,6 +4,7 @@ SHELL := /usr/bin/env bash
 
 SUBSTRATE := ./hack/substrate.sh
 CONTROLLER_GEN = $(shell $(SUBSTRATE) dir controller-gen)/controller-gen
+PROTOC_TOOLS = $(shell $(SUBSTRATE) dir protoc-tools)
 CRD_DIR := operator/config/crd/bases
 # Tests that start a control plane or Pulumi may take a while on 2 cores.
 TEST_TIMEOUT ?= 40m
@@ -18,8 +19,9 @@ substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi
 	$(SUBSTRATE) all
 
 .PHONY: tools
-tools: ## Build the code generators (controller-gen)
+tools: ## Build the code generators (controller-gen, buf, protoc-gen-go, protoc-gen-go-grpc)
 	$(SUBSTRATE) controller-gen
+	$(SUBSTRATE) protoc-tools
 
 .PHONY: generate
 generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace blocks
@@ -28,11 +30,12 @@ generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace b
 	$(CONTROLLER_GEN) object paths=./operator/api/...
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
+	cd operator/proto/agent/v1 && PATH="$(PROTOC_TOOLS):$$PATH" buf generate --template buf.gen.yaml .
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files differ from what is committed
-	@if [ -n "$$(git status --porcelain -- operator/api $(CRD_DIR) hack/tools go.mod go.sum)" ]; then \
-	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api $(CRD_DIR); \
+	@if [ -n "$$(git status --porcelain -- operator/api operator/proto $(CRD_DIR) hack/tools go.mod go.sum)" ]; then \
+	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api operator/proto $(CRD_DIR); \
 	  echo "generated files are stale: run 'make generate' and commit the result" >&2; exit 1; fi
 
 .PHONY: build

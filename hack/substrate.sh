@@ -5,7 +5,7 @@
 #   ${STACKFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stackflow}/<tool>-<version>/
 #
 # A tool whose directory already holds a complete build (marked by .complete) is
-# reused. Usage: hack/substrate.sh [kube|pulumi|pulumi-yaml|controller-gen|protoc-gen-go|all|env]
+# reused. Usage: hack/substrate.sh [kube|pulumi|pulumi-yaml|controller-gen|protoc-tools|all|env|dir TOOL]
 #   env   prints where the binaries are (KUBEBUILDER_ASSETS, STACKFLOW_PULUMI_ROOT, …).
 set -euo pipefail
 
@@ -17,6 +17,9 @@ ETCD_VERSION=v3.6.5
 PULUMI_VERSION=v3.274.1
 PULUMI_YAML_VERSION=v1.25.0
 CONTROLLER_GEN_VERSION=v0.20.1
+BUF_VERSION=v1.75.0
+PROTOC_GEN_GO_VERSION=v1.36.11
+PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -70,16 +73,26 @@ build_controller_gen() {
   GOBIN="$out" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
 }
 
+build_protoc_tools() {
+  local out=$1
+  log "go install buf $BUF_VERSION, protoc-gen-go $PROTOC_GEN_GO_VERSION, protoc-gen-go-grpc $PROTOC_GEN_GO_GRPC_VERSION (about 4 min cold)"
+  GOBIN="$out" go install "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION"
+  GOBIN="$out" go install "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION"
+  GOBIN="$out" go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION"
+}
+
 kube_dir() { echo "$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"; }
 pulumi_dir() { echo "$CACHE/pulumi-$PULUMI_VERSION"; }
 pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
 controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
+protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
 
 case "${1:-all}" in
   kube) done_or_build "$(kube_dir)" build_kube ;;
   pulumi) done_or_build "$(pulumi_dir)" build_pulumi ;;
   pulumi-yaml) done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml ;;
   controller-gen) done_or_build "$(controller_gen_dir)" build_controller_gen ;;
+  protoc-tools) done_or_build "$(protoc_tools_dir)" build_protoc_tools ;;
   all)
     # The builds run side by side: each go build leaves cores idle while it
     # downloads and links, so together they finish well before one after another.
@@ -97,5 +110,5 @@ case "${1:-all}" in
     echo "export STACKFLOW_PULUMI_LANGUAGE_YAML=$(pulumi_yaml_dir)"
     ;;
   dir) echo "$("${2//-/_}_dir")" ;;
-  *) echo "usage: $0 [kube|pulumi|pulumi-yaml|controller-gen|all|env|dir TOOL]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kube|pulumi|pulumi-yaml|controller-gen|protoc-tools|all|env|dir TOOL]" >&2; exit 2 ;;
 esac

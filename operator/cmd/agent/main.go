@@ -1,0 +1,116 @@
+// Command agent is the Stackflow workspace agent: it fetches one Pulumi program
+// and serves the operator's RPC API inside a workspace. See package agent.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/stdr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/stackflow-io/stackflow/operator/internal/agent"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "serve" {
+		fmt.Fprintln(os.Stderr, "usage: agent serve [flags]   (agent serve -h lists the flags)")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	var (
+		opts        agent.Options
+		so          agent.ServeOptions
+		auth        string
+		tokenEnv    string
+		audience    string
+		workspace   string
+		logLevel    uint
+		secretEnv   string
+		envFromFlag multiFlag
+	)
+	fs.StringVar(&opts.WorkDir, "workdir", "/share/workspace", "scratch directory; the program is fetched under it")
+	fs.StringVar(&so.Listen, "listen", ":50051", "address to serve the agent API on")
+	fs.StringVar(&so.AddressFile, "address-file", "", "write the bound address to this file once serving")
+	fs.StringVar(&auth, "auth", "token", `authentication: "token" (bearer token from $STACKFLOW_AGENT_TOKEN) or "kube" (ServiceAccount tokens checked with TokenReview and SubjectAccessReview)`)
+	fs.StringVar(&tokenEnv, "token-env", "STACKFLOW_AGENT_TOKEN", "environment variable holding the bearer token for --auth=token")
+	fs.StringVar(&audience, "kube-audience", "stackflow-agent", "token audience for --auth=kube")
+	fs.StringVar(&workspace, "kube-workspace", "", "namespace/name of this Workspace, for --auth=kube")
+	fs.StringVar(&opts.Source.GitURL, "git-url", "", "git repository holding the program")
+	fs.StringVar(&opts.Source.GitRef, "git-ref", "", "commit SHA or branch to check out")
+	fs.BoolVar(&opts.Source.GitShallow, "git-shallow", false, "fetch only the needed commit")
+	fs.StringVar(&opts.Source.ArtifactURL, "artifact-url", "", "tarball holding the program")
+	fs.StringVar(&opts.Source.ArtifactDigest, "artifact-digest", "", "the tarball's sha256:<hex> digest")
+	fs.StringVar(&opts.Source.LocalDir, "local-dir", "", "directory already holding the program")
+	fs.StringVar(&opts.Source.Dir, "dir", "", "program directory within the repository or artifact")
+	fs.StringVar(&opts.PulumiRoot, "pulumi-root", "", "directory holding bin/pulumi (default: pulumi from PATH)")
+	fs.UintVar(&logLevel, "pulumi-log-level", 0, "engine log verbosity")
+	fs.StringVar(&secretEnv, "secret-env", "PULUMI_ACCESS_TOKEN,PULUMI_CONFIG_PASSPHRASE,AWS_SECRET_ACCESS_KEY,AWS_SESSION_TOKEN,ARM_CLIENT_SECRET,GOOGLE_CREDENTIALS", "comma-separated environment variables whose values are redacted from all output")
+	fs.Var(&envFromFlag, "env", "KEY=VALUE environment for pulumi (repeatable)")
+	_ = fs.Parse(os.Args[2:])
+
+	log := stdr.New(nil).WithName("agent")
+	stdr.SetVerbosity(int(logLevel))
+	opts.LogLevel = logLevel
+	opts.Source.GitAuth = agent.GitAuthFromEnv()
+	opts.SecretEnv = strings.Split(secretEnv, ",")
+	opts.Env = map[string]string{}
+	for _, kv := range envFromFlag {
+		k, v, _ := strings.Cut(kv, "=")
+		opts.Env[k] = v
+	}
+
+	authn, err := authenticator(auth, tokenEnv, audience, workspace)
+	if err != nil {
+		fail(log, err)
+	}
+	so.Auth = authn
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := agent.Serve(ctx, log, opts, so); err != nil {
+		fail(log, err)
+	}
+}
+
+func authenticator(kind, tokenEnv, audience, workspace string) (agent.Authenticator, error) {
+	switch kind {
+	case "token":
+		tok := os.Getenv(tokenEnv)
+		if tok == "" {
+			return nil, fmt.Errorf("--auth=token needs a token in $%s", tokenEnv)
+		}
+		return agent.TokenAuthenticator{Token: tok}, nil
+	case "kube":
+		ns, name, ok := strings.Cut(workspace, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("--auth=kube needs --kube-workspace=namespace/name, got %q", workspace)
+		}
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--auth=kube: %w", err)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return agent.KubeAuthenticator{Client: cs, Audience: audience, Namespace: ns, Workspace: name}, nil
+	}
+	return nil, fmt.Errorf("unknown --auth %q: use token or kube", kind)
+}
+
+func fail(log logr.Logger, err error) {
+	log.Error(err, "Agent stopped")
+	os.Exit(1)
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

@@ -1,0 +1,11 @@
+// Package agent is the workspace agent: it runs inside a workspace (a pod, or a
+// local process in development), fetches one Pulumi program (git, artifact or a
+// local directory), and serves the operator an authenticated gRPC API that runs
+// Pulumi operations through the Automation API — asynchronously, with a run
+// registry keyed by update ID so a restarted operator can re-attach, event
+// streaming, cancellation, and recovery of locks left by killed runs.
+//
+// It imports the generated agent API, the Pulumi Automation API, go-git and
+// Kubernetes client libraries (for TokenReview authentication); never the
+// operator's controllers.
+package agent

@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
+)
+
+// ServeOptions configure the listener.
+type ServeOptions struct {
+	// Listen is the TCP address to serve on (":50051", "127.0.0.1:0").
+	Listen string
+	// AddressFile, when set, receives the bound address once serving, for a
+	// parent process that asked for port 0.
+	AddressFile string
+	// Auth authenticates callers; required.
+	Auth Authenticator
+}
+
+// Serve prepares the workspace (fetches the program, installs its
+// dependencies), then serves the agent API and the gRPC health service until ctx
+// ends. Nothing listens while preparing, so readiness probes fail until the
+// workspace can run operations; a preparation failure is returned (the process
+// exits, and the workspace reports it).
+func Serve(ctx context.Context, log logr.Logger, opts Options, so ServeOptions) error {
+	if so.Auth == nil {
+		return errors.New("no authenticator: refusing to serve an open agent")
+	}
+	hs := health.NewServer()
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(UnaryAuth(so.Auth)), grpc.ChainStreamInterceptor(StreamAuth(so.Auth)))
+	healthpb.RegisterHealthServer(gs, hs)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+
+	srv, err := New(ctx, log, opts)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", so.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", so.Listen, err)
+	}
+	agentv1.RegisterAgentServer(gs, srv)
+	if so.AddressFile != "" {
+		tmp := so.AddressFile + ".tmp"
+		if err := os.MkdirAll(filepath.Dir(tmp), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(tmp, []byte(lis.Addr().String()), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, so.AddressFile); err != nil {
+			return err
+		}
+	}
+	log.Info("Serving the agent API", "address", lis.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		hs.Shutdown()
+		srv.cancelAll()
+		gs.GracefulStop()
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// cancelAll cancels running operations and waits for them, so a stopping agent
+// leaves no pulumi process behind holding a lock.
+func (s *Server) cancelAll() {
+	s.mu.Lock()
+	runs := make([]*run, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
+	}
+	s.mu.Unlock()
+	for _, r := range runs {
+		r.cancel()
+		<-r.done
+	}
+}

@@ -1,0 +1,309 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
+)
+
+// Options configure a workspace agent.
+type Options struct {
+	// WorkDir is the agent's scratch directory; the program is fetched under it.
+	WorkDir string
+	// Source is the program to fetch.
+	Source Source
+	// PulumiRoot holds bin/pulumi; empty means pulumi from PATH.
+	PulumiRoot string
+	// Env is extra environment for the pulumi processes.
+	Env map[string]string
+	// LogLevel is the engine's verbosity (pulumi -v); 0 disables it.
+	LogLevel uint
+	// Hostname identifies this workspace in stack locks; default os.Hostname.
+	Hostname string
+	// SecretEnv names environment variables whose values are secrets to redact.
+	SecretEnv []string
+}
+
+// Server implements the agent API over one fetched program.
+type Server struct {
+	agentv1.UnimplementedAgentServer
+
+	log      logr.Logger
+	ws       auto.Workspace
+	wsOpts   []auto.LocalWorkspaceOption
+	revision string
+	project  workspace.Project
+	version  string
+	hostname string
+	redact   *redactor
+	alive    processAlive
+
+	mu   sync.Mutex
+	runs map[string]*run
+	// busy maps a stack name to the update ID running on it: one operation per
+	// stack at a time in this workspace.
+	busy map[string]string
+	// configKeys are the configuration keys set through SelectStack, by stack,
+	// each with whether it is a property path.
+	configKeys map[string]map[string]bool
+}
+
+// New fetches the program, installs its dependencies and returns a server.
+func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
+	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create work directory: %w", err)
+	}
+	src := filepath.Join(opts.WorkDir, "source")
+	if err := os.RemoveAll(src); err != nil {
+		return nil, fmt.Errorf("clear source directory: %w", err)
+	}
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return nil, err
+	}
+	log.Info("Fetching program source")
+	fetched, err := Fetch(ctx, opts.Source, src)
+	if err != nil {
+		return nil, fmt.Errorf("fetch program: %w", err)
+	}
+	log.Info("Fetched program source", "revision", fetched.Revision, "dir", fetched.ProgramDir)
+
+	red := &redactor{}
+	red.add(opts.Source.GitAuth.Token, opts.Source.GitAuth.Password, opts.Source.GitAuth.SSHPrivateKey)
+	for _, name := range opts.SecretEnv {
+		red.add(os.Getenv(name), opts.Env[name])
+	}
+
+	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: opts.PulumiRoot})
+	if err != nil {
+		return nil, fmt.Errorf("find the pulumi CLI: %w", err)
+	}
+	env := map[string]string{"PULUMI_SKIP_UPDATE_CHECK": "true"}
+	for k, v := range opts.Env {
+		env[k] = v
+	}
+	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(fetched.ProgramDir), auto.Pulumi(cmd), auto.EnvVars(env)}
+	ws, err := auto.NewLocalWorkspace(ctx, wsOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("open Pulumi workspace in %s: %w", fetched.ProgramDir, err)
+	}
+	proj, err := ws.ProjectSettings(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read Pulumi.yaml: %w", err)
+	}
+	log.Info("Installing program dependencies", "project", proj.Name, "runtime", proj.Runtime.Name())
+	out := &logWriter{log: log, redact: red}
+	if err := ws.Install(ctx, &auto.InstallOptions{Stdout: out, Stderr: out}); err != nil {
+		return nil, fmt.Errorf("install dependencies (pulumi install): %s", red.redact(summarize(err)))
+	}
+	hostname := opts.Hostname
+	if hostname == "" {
+		hostname, _ = os.Hostname()
+	}
+	return &Server{
+		log: log, ws: ws, wsOpts: wsOpts, revision: fetched.Revision, project: *proj,
+		version: cmd.Version().String(), hostname: hostname, redact: red, alive: livePulumiProcess,
+		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{},
+	}, nil
+}
+
+// Info describes the workspace.
+func (s *Server) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	return &agentv1.InfoResponse{
+		PulumiVersion:  s.version,
+		ProjectName:    string(s.project.Name),
+		ProjectRuntime: s.project.Runtime.Name(),
+		Revision:       s.revision,
+		WorkDir:        s.ws.WorkDir(),
+	}, nil
+}
+
+// SelectStack selects or creates a stack and replaces its configuration.
+func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackRequest) (*agentv1.SelectStackResponse, error) {
+	if req.GetStackName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "stack name is required")
+	}
+	cfg, secrets, err := resolveConfig(req.GetConfig())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	s.redact.add(secrets...)
+
+	s.mu.Lock()
+	if id, running := s.busy[req.GetStackName()]; running {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is busy with update %s; configuration is applied after it", req.GetStackName(), id)
+	}
+	s.mu.Unlock()
+
+	var stack auto.Stack
+	if req.GetCreate() {
+		ws := s.ws
+		if sp := req.GetSecretsProvider(); sp != "" {
+			// The secrets provider is a property of the workspace used to
+			// create the stack: the same program directory, configured with it.
+			ws, err = auto.NewLocalWorkspace(ctx, append(s.wsOpts, auto.SecretsProvider(sp))...)
+			if err != nil {
+				return nil, status.Errorf(codes.Internal, "open workspace with secrets provider: %v", err)
+			}
+		}
+		stack, err = auto.UpsertStack(ctx, req.GetStackName(), ws)
+	} else {
+		stack, err = auto.SelectStack(ctx, req.GetStackName(), s.ws)
+	}
+	if err != nil {
+		if auto.IsSelectStack404Error(err) {
+			return nil, status.Errorf(codes.NotFound, "stack %s does not exist and create is off", req.GetStackName())
+		}
+		return nil, status.Errorf(codes.Unavailable, "select stack %s: %s", req.GetStackName(), s.redact.redact(summarize(err)))
+	}
+	if err := s.applyConfig(ctx, stack, cfg); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "set configuration of %s: %s", req.GetStackName(), s.redact.redact(summarize(err)))
+	}
+	if envs := req.GetEnvironment(); len(envs) > 0 {
+		if err := stack.AddEnvironments(ctx, envs...); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "add environments %v to %s: %s", envs, req.GetStackName(), s.redact.redact(summarize(err)))
+		}
+	}
+	s.log.Info("Selected stack", "stack", req.GetStackName(), "configKeys", len(cfg))
+	return &agentv1.SelectStackResponse{StackName: req.GetStackName()}, nil
+}
+
+// configValue is a resolved configuration value.
+type configValue struct {
+	key    string
+	path   bool
+	secret bool
+	// value is the value's string form; object is set for non-string JSON
+	// values (numbers, booleans, objects, arrays), which keep their type.
+	value  string
+	object any
+}
+
+// resolveConfig reads each item's value and returns them with the plain text of
+// the secret ones (for redaction). Errors name the key, never the value.
+func resolveConfig(items []*agentv1.ConfigItem) ([]configValue, []string, error) {
+	var out []configValue
+	var secrets []string
+	for _, it := range items {
+		if it.GetKey() == "" {
+			return nil, nil, errors.New("a configuration item has no key")
+		}
+		var raw string
+		parseJSON := it.GetJson()
+		switch src := it.GetSource().(type) {
+		case *agentv1.ConfigItem_ValueJson:
+			raw, parseJSON = src.ValueJson, true
+		case *agentv1.ConfigItem_ValueFromEnv:
+			v, ok := os.LookupEnv(src.ValueFromEnv)
+			if !ok {
+				return nil, nil, fmt.Errorf("config %s: environment variable %s is not set", it.GetKey(), src.ValueFromEnv)
+			}
+			raw = v
+		case *agentv1.ConfigItem_ValueFromFile:
+			b, err := os.ReadFile(src.ValueFromFile)
+			if err != nil {
+				return nil, nil, fmt.Errorf("config %s: read %s: %w", it.GetKey(), src.ValueFromFile, err)
+			}
+			raw = strings.TrimRight(string(b), "\n")
+		default:
+			return nil, nil, fmt.Errorf("config %s: no value", it.GetKey())
+		}
+		c := configValue{key: it.GetKey(), path: it.GetPath(), secret: it.GetSecret(), value: raw}
+		if parseJSON {
+			var v any
+			if err := json.Unmarshal([]byte(raw), &v); err != nil {
+				return nil, nil, fmt.Errorf("config %s: value is not valid JSON: %v", it.GetKey(), jsonErrorWithoutValue(err))
+			}
+			if str, ok := v.(string); ok {
+				c.value = str
+			} else {
+				c.object = v
+				b, _ := json.Marshal(v)
+				c.value = string(b)
+			}
+		}
+		if c.secret {
+			secrets = append(secrets, c.value, raw)
+		}
+		out = append(out, c)
+	}
+	return out, secrets, nil
+}
+
+// jsonErrorWithoutValue keeps the JSON error's position, which never quotes the
+// (possibly secret) input.
+func jsonErrorWithoutValue(err error) string {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return fmt.Sprintf("syntax error at offset %d", syn.Offset)
+	}
+	return "not a JSON value"
+}
+
+// applyConfig sets the stack's configuration and removes keys this agent set
+// before that are no longer wanted. Keys from a committed Pulumi.<stack>.yaml
+// that the operator never set are left alone.
+func (s *Server) applyConfig(ctx context.Context, stack auto.Stack, cfg []configValue) error {
+	s.mu.Lock()
+	previous := s.configKeys[stack.Name()]
+	s.mu.Unlock()
+	// want maps each key to whether it is a property path.
+	want := map[string]bool{}
+	for _, c := range cfg {
+		want[c.key] = c.path
+	}
+	stale := map[bool][]string{}
+	for k, path := range previous {
+		if _, ok := want[k]; !ok {
+			stale[path] = append(stale[path], k)
+		}
+	}
+	for path, keys := range stale {
+		if err := stack.RemoveAllConfigWithOptions(ctx, keys, &auto.ConfigOptions{Path: path}); err != nil {
+			return err
+		}
+	}
+	// Everything but path keys in one `pulumi config set-all --json`, which
+	// keeps numbers, booleans, objects and arrays typed.
+	type jsonValue struct {
+		Value       string `json:"value"`
+		ObjectValue any    `json:"objectValue,omitempty"`
+		Secret      bool   `json:"secret,omitempty"`
+	}
+	all := map[string]jsonValue{}
+	for _, c := range cfg {
+		if c.path {
+			if err := stack.SetConfigWithOptions(ctx, c.key, auto.ConfigValue{Value: c.value, Secret: c.secret}, &auto.ConfigOptions{Path: true}); err != nil {
+				return fmt.Errorf("key %s: %w", c.key, err)
+			}
+			continue
+		}
+		all[c.key] = jsonValue{Value: c.value, ObjectValue: c.object, Secret: c.secret}
+	}
+	if len(all) > 0 {
+		b, err := json.Marshal(all)
+		if err != nil {
+			return err
+		}
+		if err := stack.SetAllConfigJson(ctx, string(b), nil); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.configKeys[stack.Name()] = want
+	s.mu.Unlock()
+	return nil
+}

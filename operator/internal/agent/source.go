@@ -1,0 +1,331 @@
+package agent
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	gitconfig "github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+)
+
+// Source says where the program comes from. Exactly one of GitURL, ArtifactURL
+// and LocalDir is set.
+type Source struct {
+	GitURL     string
+	GitRef     string // commit SHA, branch or tag
+	GitShallow bool
+	GitAuth    GitAuth
+
+	ArtifactURL    string
+	ArtifactDigest string // "sha256:<hex>"
+	// MaxArtifactBytes caps the download; 0 means DefaultMaxArtifactBytes.
+	MaxArtifactBytes int64
+
+	LocalDir string
+
+	// Dir is the program's directory within the repository or artifact.
+	Dir string
+}
+
+// DefaultMaxArtifactBytes caps artifact downloads.
+const DefaultMaxArtifactBytes = 256 << 20
+
+// GitAuth holds git credentials. Values are secrets: never logged.
+type GitAuth struct {
+	Token         string
+	Username      string
+	Password      string
+	SSHPrivateKey string
+}
+
+// GitAuthFromEnv reads git credentials from the environment variables the pod
+// runtime sets from Secrets.
+func GitAuthFromEnv() GitAuth {
+	return GitAuth{
+		Token:         os.Getenv("GIT_TOKEN"),
+		Username:      os.Getenv("GIT_USERNAME"),
+		Password:      os.Getenv("GIT_PASSWORD"),
+		SSHPrivateKey: os.Getenv("GIT_SSH_PRIVATE_KEY"),
+	}
+}
+
+func (a GitAuth) method() (transport.AuthMethod, error) {
+	switch {
+	case a.SSHPrivateKey != "":
+		keys, err := gitssh.NewPublicKeys("git", []byte(a.SSHPrivateKey), a.Password)
+		if err != nil {
+			return nil, fmt.Errorf("parse SSH private key: %w", err)
+		}
+		return keys, nil
+	case a.Token != "":
+		user := a.Username
+		if user == "" {
+			user = "git"
+		}
+		return &githttp.BasicAuth{Username: user, Password: a.Token}, nil
+	case a.Username != "" || a.Password != "":
+		return &githttp.BasicAuth{Username: a.Username, Password: a.Password}, nil
+	}
+	return nil, nil
+}
+
+// Fetched is a program ready on disk.
+type Fetched struct {
+	// ProgramDir holds Pulumi.yaml.
+	ProgramDir string
+	// Revision is the commit SHA, or the artifact digest, or "local".
+	Revision string
+}
+
+// Fetch puts the program under root (a fresh directory) and returns where it is.
+func Fetch(ctx context.Context, src Source, root string) (Fetched, error) {
+	switch {
+	case src.GitURL != "":
+		return fetchGit(ctx, src, root)
+	case src.ArtifactURL != "":
+		return fetchArtifact(ctx, src, root)
+	case src.LocalDir != "":
+		dir := filepath.Join(src.LocalDir, src.Dir)
+		if err := requireProject(dir); err != nil {
+			return Fetched{}, err
+		}
+		return Fetched{ProgramDir: dir, Revision: "local"}, nil
+	}
+	return Fetched{}, errors.New("no program source: give a git URL, an artifact URL or a local directory")
+}
+
+func requireProject(dir string) error {
+	for _, name := range []string{"Pulumi.yaml", "Pulumi.yml"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("no Pulumi.yaml in program directory %q", dir)
+}
+
+// subdir joins dir under root, refusing paths that escape it.
+func subdir(root, dir string) (string, error) {
+	p := filepath.Join(root, dir)
+	if p != root && !strings.HasPrefix(p, root+string(filepath.Separator)) {
+		return "", fmt.Errorf("program directory %q escapes the source", dir)
+	}
+	return p, nil
+}
+
+func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
+	auth, err := src.GitAuth.method()
+	if err != nil {
+		return Fetched{}, err
+	}
+	if src.GitRef == "" {
+		return Fetched{}, fmt.Errorf("git source %s: no ref (commit or branch) given", src.GitURL)
+	}
+	repo, err := git.PlainInitWithOptions(root, &git.PlainInitOptions{Bare: false})
+	if err != nil {
+		return Fetched{}, fmt.Errorf("init checkout: %w", err)
+	}
+	if _, err := repo.CreateRemote(&gitconfig.RemoteConfig{Name: "origin", URLs: []string{src.GitURL}}); err != nil {
+		return Fetched{}, fmt.Errorf("add remote: %w", err)
+	}
+	fetch := &git.FetchOptions{RemoteName: "origin", Auth: auth, Tags: git.NoTags}
+	if src.GitShallow {
+		fetch.Depth = 1
+	}
+	isSHA := isCommitSHA(src.GitRef)
+	branch := strings.TrimPrefix(src.GitRef, "refs/heads/")
+	if isSHA {
+		fetch.RefSpecs = []gitconfig.RefSpec{gitconfig.RefSpec(src.GitRef + ":refs/remotes/origin/stackflow")}
+	} else {
+		fetch.RefSpecs = []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":refs/remotes/origin/" + branch)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	err = repo.FetchContext(ctx, fetch)
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && isSHA && !isAuthError(err) {
+		// Not every server (or transport) serves a commit by SHA; fetch the
+		// branches and find it among them.
+		fetch.Depth = 0
+		fetch.RefSpecs = []gitconfig.RefSpec{"+refs/heads/*:refs/remotes/origin/*"}
+		err = repo.FetchContext(ctx, fetch)
+	}
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return Fetched{}, fmt.Errorf("fetch %s at %s: %w", redactURL(src.GitURL), src.GitRef, err)
+	}
+	var hash plumbing.Hash
+	if isSHA {
+		hash = plumbing.NewHash(src.GitRef)
+		if _, err := repo.CommitObject(hash); err != nil {
+			return Fetched{}, fmt.Errorf("commit %s not found in %s: %w", src.GitRef, redactURL(src.GitURL), err)
+		}
+	} else {
+		ref, err := repo.Reference(plumbing.NewRemoteReferenceName("origin", branch), true)
+		if err != nil {
+			return Fetched{}, fmt.Errorf("branch %q not found in %s: %w", branch, redactURL(src.GitURL), err)
+		}
+		hash = ref.Hash()
+	}
+	// Check out on a local branch (named like the tracked one), so the engine
+	// records git.head and git.headName in each update's history.
+	local := plumbing.NewBranchReferenceName("stackflow")
+	if !isSHA {
+		local = plumbing.NewBranchReferenceName(branch)
+	}
+	if err := repo.Storer.SetReference(plumbing.NewHashReference(local, hash)); err != nil {
+		return Fetched{}, err
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return Fetched{}, err
+	}
+	if err := wt.Checkout(&git.CheckoutOptions{Branch: local, Force: true}); err != nil {
+		return Fetched{}, fmt.Errorf("check out %s: %w", hash, err)
+	}
+	dir, err := subdir(root, src.Dir)
+	if err != nil {
+		return Fetched{}, err
+	}
+	if err := requireProject(dir); err != nil {
+		return Fetched{}, fmt.Errorf("%s at %s: %w", redactURL(src.GitURL), hash, err)
+	}
+	return Fetched{ProgramDir: dir, Revision: hash.String()}, nil
+}
+
+func isAuthError(err error) bool {
+	return errors.Is(err, transport.ErrAuthenticationRequired) || errors.Is(err, transport.ErrAuthorizationFailed)
+}
+
+func isCommitSHA(ref string) bool {
+	if len(ref) != 40 {
+		return false
+	}
+	_, err := hex.DecodeString(ref)
+	return err == nil
+}
+
+// redactURL drops credentials embedded in a URL.
+func redactURL(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		if at := strings.Index(u[i+3:], "@"); at >= 0 && !strings.Contains(u[i+3:i+3+at], "/") {
+			return u[:i+3] + "***@" + u[i+3+at+1:]
+		}
+	}
+	return u
+}
+
+func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error) {
+	algo, want, ok := strings.Cut(src.ArtifactDigest, ":")
+	if !ok || algo != "sha256" || len(want) != 64 {
+		return Fetched{}, fmt.Errorf("artifact %s: digest %q is not of the form sha256:<64 hex digits>", redactURL(src.ArtifactURL), src.ArtifactDigest)
+	}
+	limit := src.MaxArtifactBytes
+	if limit <= 0 {
+		limit = DefaultMaxArtifactBytes
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src.ArtifactURL, nil)
+	if err != nil {
+		return Fetched{}, fmt.Errorf("artifact URL: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Fetched{}, fmt.Errorf("download artifact %s: %w", redactURL(src.ArtifactURL), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Fetched{}, fmt.Errorf("download artifact %s: HTTP %s", redactURL(src.ArtifactURL), resp.Status)
+	}
+	tmp, err := os.CreateTemp("", "artifact-*.tar.gz")
+	if err != nil {
+		return Fetched{}, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return Fetched{}, fmt.Errorf("download artifact %s: %w", redactURL(src.ArtifactURL), err)
+	}
+	if n > limit {
+		return Fetched{}, fmt.Errorf("artifact %s is larger than the %d-byte limit", redactURL(src.ArtifactURL), limit)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
+		return Fetched{}, fmt.Errorf("artifact %s: digest mismatch: want sha256:%s, got sha256:%s", redactURL(src.ArtifactURL), want, got)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return Fetched{}, err
+	}
+	if err := untar(tmp, root, limit); err != nil {
+		return Fetched{}, fmt.Errorf("unpack artifact %s: %w", redactURL(src.ArtifactURL), err)
+	}
+	dir, err := subdir(root, src.Dir)
+	if err != nil {
+		return Fetched{}, err
+	}
+	if err := requireProject(dir); err != nil {
+		return Fetched{}, err
+	}
+	return Fetched{ProgramDir: dir, Revision: src.ArtifactDigest}, nil
+}
+
+// untar unpacks a gzipped tarball under root, refusing entries that escape it,
+// links, and more than limit bytes in total.
+func untar(r io.Reader, root string, limit int64) error {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(gz)
+	var total int64
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		path, err := subdir(root, hdr.Name)
+		if err != nil {
+			return err
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			total += hdr.Size
+			if total > limit {
+				return fmt.Errorf("unpacked size exceeds %d bytes", limit)
+			}
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, io.LimitReader(tr, hdr.Size))
+			f.Close()
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("entry %q: unsupported type %c (only files and directories)", hdr.Name, hdr.Typeflag)
+		}
+	}
+}
