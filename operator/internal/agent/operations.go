@@ -230,15 +230,32 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	out := &eventWriter{run: r, log: s.log.WithValues("update", req.GetUpdateId()), redact: s.redact}
 	defer out.Flush()
 	engineEvents := make(chan events.EngineEvent)
-	stepsDone := make(chan struct{})
+	stepsDone, quit := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stepsDone)
-		for ev := range engineEvents {
-			if ev.ResOutputsEvent != nil {
-				m := ev.ResOutputsEvent.Metadata
-				r.emit(&agentv1.OperationEvent{Event: &agentv1.OperationEvent_Step{Step: string(m.Op) + " " + m.URN}})
+		for {
+			select {
+			case ev, ok := <-engineEvents:
+				if !ok {
+					return
+				}
+				if ev.ResOutputsEvent != nil {
+					m := ev.ResOutputsEvent.Metadata
+					r.emit(&agentv1.OperationEvent{Event: &agentv1.OperationEvent_Step{Step: string(m.Op) + " " + m.URN}})
+				}
+			case <-quit:
+				return
 			}
 		}
+	}()
+	// The Automation API closes engineEvents when the CLI's event stream ends;
+	// a CLI that failed before opening it (a locked stack) never does.
+	defer func() {
+		select {
+		case <-stepsDone:
+		case <-time.After(5 * time.Second):
+		}
+		close(quit)
 	}()
 
 	res := &agentv1.Operation{}
@@ -284,11 +301,8 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		}
 		permalink, _ = dr.GetPermalink()
 	default:
-		close(engineEvents)
-		<-stepsDone
 		return &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_FAILED, Message: fmt.Sprintf("unknown operation type %v", req.GetType())}
 	}
-	<-stepsDone // the Automation API closes engineEvents when the run ends
 	res.Permalink = permalink
 	if len(changes) > 0 {
 		res.Changes = map[string]int64{}

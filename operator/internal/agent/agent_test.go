@@ -1,0 +1,351 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/stackflow-io/stackflow/operator/internal/agent"
+	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
+	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
+)
+
+const program = `name: agenttest
+runtime: yaml
+config:
+  content:
+    type: string
+  replicas:
+    type: integer
+    default: 1
+  settings:
+    default: {}
+  sleep:
+    type: integer
+    default: 0
+variables:
+  recordName: agent-record
+resources:
+  rec:
+    type: stackflowtest:index:Record
+    properties:
+      name: ${recordName}
+      content: ${content}
+      sleepSeconds: ${sleep}
+outputs:
+  content: ${rec.content}
+  replicas: ${replicas}
+  settings: ${settings}
+  secretOut:
+    fn::secret: ${content}
+`
+
+const token = "correct-horse-battery-staple"
+
+// startAgent serves an agent for a program on loopback and returns its address.
+func startAgent(t *testing.T, pe *substrate.Pulumi, src agent.Source) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrFile := filepath.Join(t.TempDir(), "addr")
+	errc := make(chan error, 1)
+	go func() {
+		errc <- agent.Serve(ctx, testr.New(t), agent.Options{
+			WorkDir: t.TempDir(), Source: src, PulumiRoot: pe.Paths.PulumiRoot, Env: pe.EnvVars(),
+		}, agent.ServeOptions{Listen: "127.0.0.1:0", AddressFile: addrFile, Auth: agent.TokenAuthenticator{Token: token}})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	var addr string
+	deadline := time.Now().Add(2 * time.Minute)
+	for addr == "" {
+		select {
+		case err := <-errc:
+			t.Fatalf("agent stopped: %v", err)
+		default:
+		}
+		if b, err := os.ReadFile(addrFile); err == nil {
+			addr = string(b)
+		} else if time.Now().After(deadline) {
+			t.Fatal("agent did not start")
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return addr
+}
+
+func dial(t *testing.T, addr, tok string) agentv1.AgentClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok), method, req, reply, cc, opts...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return streamer(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok), desc, cc, method, opts...)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return agentv1.NewAgentClient(conn)
+}
+
+func jsonItem(key, value string) *agentv1.ConfigItem {
+	return &agentv1.ConfigItem{Key: key, Source: &agentv1.ConfigItem_ValueJson{ValueJson: value}}
+}
+
+// wait follows a run to its end through WatchOperation and returns the result
+// and the log lines streamed.
+func wait(t *testing.T, c agentv1.AgentClient, id string) (*agentv1.Operation, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stream, err := c.WatchOperation(ctx, &agentv1.GetOperationRequest{UpdateId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []string
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			t.Fatal("stream ended without a result")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := ev.GetResult(); r != nil {
+			return r, logs
+		}
+		if l := ev.GetLog(); l != "" {
+			logs = append(logs, l)
+		}
+	}
+}
+
+func start(t *testing.T, c agentv1.AgentClient, id string, typ agentv1.OperationType) *agentv1.Operation {
+	t.Helper()
+	op, err := c.StartOperation(context.Background(), &agentv1.StartOperationRequest{UpdateId: id, StackName: "dev", Type: typ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+func TestAgentRunsOperations(t *testing.T) {
+	pe := substrate.NewPulumi(t)
+	repo := gitrepo.New(t)
+	sha := repo.Commit(t, "program", map[string]string{"Pulumi.yaml": program})
+	c := dial(t, startAgent(t, pe, agent.Source{GitURL: repo.URL(), GitRef: "main"}), token)
+	ctx := context.Background()
+
+	info, err := c.Info(ctx, &agentv1.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Revision != sha || info.ProjectName != "agenttest" || info.ProjectRuntime != "yaml" || info.PulumiVersion != "3.274.1" {
+		t.Fatalf("info = %+v, want revision %s of project agenttest (yaml) with pulumi 3.274.1", info, sha)
+	}
+
+	_, err = c.SelectStack(ctx, &agentv1.SelectStackRequest{StackName: "dev", Create: true, Config: []*agentv1.ConfigItem{
+		jsonItem("content", `"top secret value"`),
+		jsonItem("replicas", `3`),
+		jsonItem("settings", `{"tier": "gold", "zones": ["a", "b"]}`),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Mark content secret: SelectStack replaces the configuration.
+	items := []*agentv1.ConfigItem{
+		{Key: "content", Secret: true, Source: &agentv1.ConfigItem_ValueJson{ValueJson: `"top secret value"`}},
+		jsonItem("replicas", `3`),
+		jsonItem("settings", `{"tier": "gold", "zones": ["a", "b"]}`),
+	}
+	if _, err := c.SelectStack(ctx, &agentv1.SelectStackRequest{StackName: "dev", Create: true, Config: items}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Preview changes nothing.
+	start(t, c, "preview-1", agentv1.OperationType_OPERATION_TYPE_PREVIEW)
+	pre, _ := wait(t, c, "preview-1")
+	if pre.State != agentv1.OperationState_OPERATION_STATE_SUCCEEDED || pre.Changes["create"] != 2 {
+		t.Fatalf("preview = %v %q changes %v, want success with 2 creates", pre.State, pre.Message, pre.Changes)
+	}
+	if _, ok := pe.Record(t, "agent-record"); ok {
+		t.Fatal("preview created the record")
+	}
+
+	op := start(t, c, "up-1", agentv1.OperationType_OPERATION_TYPE_UP)
+	if op.State != agentv1.OperationState_OPERATION_STATE_RUNNING {
+		t.Fatalf("start state = %v", op.State)
+	}
+	up, logs := wait(t, c, "up-1")
+	if up.State != agentv1.OperationState_OPERATION_STATE_SUCCEEDED {
+		t.Fatalf("up = %v: %s", up.State, up.Message)
+	}
+	if c, ok := pe.Record(t, "agent-record"); !ok || c != "top secret value" {
+		t.Fatalf("record = %q, %v", c, ok)
+	}
+	if up.Changes["create"] != 2 || up.Revision != sha || up.EndTimeUnixNano < up.StartTimeUnixNano {
+		t.Fatalf("up result = %+v", up)
+	}
+	outs := map[string]string{}
+	for k, v := range up.Outputs {
+		outs[k] = v.ValueJson
+	}
+	if outs["replicas"] != "3" || !up.Outputs["secretOut"].GetSecret() || up.Outputs["replicas"].GetSecret() {
+		t.Fatalf("outputs = %v (secretOut secret=%v)", outs, up.Outputs["secretOut"].GetSecret())
+	}
+	var settings map[string]any
+	if err := json.Unmarshal([]byte(outs["settings"]), &settings); err != nil || settings["tier"] != "gold" {
+		t.Fatalf("structured config output = %s (%v)", outs["settings"], err)
+	}
+	if len(logs) == 0 {
+		t.Fatal("no engine output streamed")
+	}
+	for _, l := range logs {
+		if strings.Contains(l, "top secret value") {
+			t.Fatalf("secret value streamed in log line %q", l)
+		}
+	}
+	// Re-starting the same update ID reports the same run.
+	again := start(t, c, "up-1", agentv1.OperationType_OPERATION_TYPE_UP)
+	if again.State != agentv1.OperationState_OPERATION_STATE_SUCCEEDED || again.StartTimeUnixNano != up.StartTimeUnixNano {
+		t.Fatalf("restart of a finished ID = %v, want its recorded result", again)
+	}
+	unknown, err := c.GetOperation(ctx, &agentv1.GetOperationRequest{UpdateId: "never-started"})
+	if err != nil || unknown.State != agentv1.OperationState_OPERATION_STATE_UNKNOWN {
+		t.Fatalf("unknown ID = %v, %v", unknown, err)
+	}
+
+	// Drift: an out-of-band edit found by refresh.
+	if err := os.WriteFile(filepath.Join(pe.RecordsDir, "agent-record"), []byte("edited"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start(t, c, "refresh-1", agentv1.OperationType_OPERATION_TYPE_REFRESH)
+	ref, _ := wait(t, c, "refresh-1")
+	if ref.State != agentv1.OperationState_OPERATION_STATE_SUCCEEDED || ref.Changes["update"] != 1 {
+		t.Fatalf("refresh = %v %v", ref.State, ref.Changes)
+	}
+
+	start(t, c, "destroy-1", agentv1.OperationType_OPERATION_TYPE_DESTROY)
+	des, _ := wait(t, c, "destroy-1")
+	if des.State != agentv1.OperationState_OPERATION_STATE_SUCCEEDED || des.Changes["delete"] != 2 {
+		t.Fatalf("destroy = %v %q %v", des.State, des.Message, des.Changes)
+	}
+	if _, ok := pe.Record(t, "agent-record"); ok {
+		t.Fatal("destroy left the record")
+	}
+}
+
+func TestAgentRefusesBadCallers(t *testing.T) {
+	pe := substrate.NewPulumi(t)
+	repo := gitrepo.New(t)
+	repo.Commit(t, "program", map[string]string{"Pulumi.yaml": program})
+	addr := startAgent(t, pe, agent.Source{GitURL: repo.URL(), GitRef: "main"})
+	if _, err := dial(t, addr, token).Info(context.Background(), &agentv1.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, tok := range map[string]string{"no token": "", "wrong token": "wrong"} {
+		c := dial(t, addr, tok)
+		_, err := c.Info(context.Background(), &agentv1.InfoRequest{})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s: Info err = %v, want Unauthenticated", name, err)
+		}
+		_, err = c.StartOperation(context.Background(), &agentv1.StartOperationRequest{UpdateId: "x", StackName: "dev", Type: agentv1.OperationType_OPERATION_TYPE_UP})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s: StartOperation err = %v, want Unauthenticated", name, err)
+		}
+		stream, err := c.WatchOperation(context.Background(), &agentv1.GetOperationRequest{UpdateId: "x"})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s: WatchOperation err = %v, want Unauthenticated", name, err)
+		}
+	}
+	if _, ok := pe.Record(t, "agent-record"); ok {
+		t.Fatal("an unauthenticated call ran an update")
+	}
+}
+
+// TestAgentBadInput: unknown stack, invalid JSON, missing env — clear errors,
+// nothing lost.
+func TestAgentBadInput(t *testing.T) {
+	pe := substrate.NewPulumi(t)
+	repo := gitrepo.New(t)
+	repo.Commit(t, "program", map[string]string{"Pulumi.yaml": program})
+	c := dial(t, startAgent(t, pe, agent.Source{GitURL: repo.URL(), GitRef: "main"}), token)
+	ctx := context.Background()
+
+	_, err := c.SelectStack(ctx, &agentv1.SelectStackRequest{StackName: "dev", Create: true, Config: []*agentv1.ConfigItem{
+		{Key: "content", Secret: true, Source: &agentv1.ConfigItem_ValueJson{ValueJson: `{"unterminated": "hunter2-secret`}},
+	}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "config content: value is not valid JSON") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("invalid JSON err = %v", err)
+	}
+	_, err = c.SelectStack(ctx, &agentv1.SelectStackRequest{StackName: "dev", Create: true, Config: []*agentv1.ConfigItem{
+		{Key: "content", Source: &agentv1.ConfigItem_ValueFromEnv{ValueFromEnv: "STACKFLOW_TEST_UNSET_VARIABLE"}},
+	}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "environment variable STACKFLOW_TEST_UNSET_VARIABLE is not set") {
+		t.Fatalf("missing env err = %v", err)
+	}
+	_, err = c.SelectStack(ctx, &agentv1.SelectStackRequest{StackName: "nope", Create: false})
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "stack nope does not exist") {
+		t.Fatalf("unknown stack err = %v", err)
+	}
+	op, err := c.StartOperation(ctx, &agentv1.StartOperationRequest{UpdateId: "u", StackName: "missing", Type: agentv1.OperationType_OPERATION_TYPE_UP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := wait(t, c, op.UpdateId)
+	if res.State != agentv1.OperationState_OPERATION_STATE_STACK_NOT_FOUND || !strings.Contains(res.Message, "stack missing not found") {
+		t.Fatalf("op on unknown stack = %v %q", res.State, res.Message)
+	}
+}
+
+// TestAgentSourceErrors: an unreachable repository, a missing branch or commit,
+// a digest mismatch fail preparation with an error naming the problem.
+func TestAgentSourceErrors(t *testing.T) {
+	repo := gitrepo.New(t)
+	repo.Commit(t, "program", map[string]string{"Pulumi.yaml": program})
+	cases := []struct {
+		name string
+		src  agent.Source
+		want string
+	}{
+		{"unreachable", agent.Source{GitURL: "file:///nonexistent/repo.git", GitRef: "main"}, "fetch file:///nonexistent/repo.git at main"},
+		{"missing branch", agent.Source{GitURL: repo.URL(), GitRef: "release"}, `fetch ` + repo.URL() + ` at release`},
+		{"missing commit", agent.Source{GitURL: repo.URL(), GitRef: strings.Repeat("ab", 20)}, "commit abababababababababababababababababababab not found"},
+		{"no project in dir", agent.Source{GitURL: repo.URL(), GitRef: "main", Dir: "sub"}, `no Pulumi.yaml in program directory`},
+		{"escaping dir", agent.Source{GitURL: repo.URL(), GitRef: "main", Dir: "../.."}, `escapes the source`},
+		{"no source", agent.Source{}, "no program source"},
+		{"bad digest form", agent.Source{ArtifactURL: "http://127.0.0.1:1/a.tgz", ArtifactDigest: "md5:abc"}, "is not of the form sha256"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := agent.Fetch(context.Background(), tc.src, t.TempDir())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
