@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,8 +21,17 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "install" {
+		// The workspace pod's init container copies the agent into the shared
+		// volume with this, so the operator image needs no shell or cp.
+		if err := install(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "agent install:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "serve" {
-		fmt.Fprintln(os.Stderr, "usage: agent serve [flags]   (agent serve -h lists the flags)")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [flags] | agent install DEST   (agent serve -h lists the flags)")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
@@ -114,3 +124,28 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// install copies this executable to dest.
+func install(dest string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dest+".tmp", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(dest+".tmp", dest)
+}

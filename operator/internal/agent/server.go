@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +50,7 @@ type Server struct {
 	project  workspace.Project
 	version  string
 	hostname string
+	instance string
 	redact   *redactor
 	alive    processAlive
 
@@ -114,7 +117,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	}
 	return &Server{
 		log: log, ws: ws, wsOpts: wsOpts, revision: fetched.Revision, project: *proj,
-		version: cmd.Version().String(), hostname: hostname, redact: red, alive: livePulumiProcess,
+		version: cmd.Version().String(), hostname: hostname, instance: newInstanceID(), redact: red, alive: livePulumiProcess,
 		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{},
 	}, nil
 }
@@ -127,6 +130,7 @@ func (s *Server) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoRespo
 		ProjectRuntime: s.project.Runtime.Name(),
 		Revision:       s.revision,
 		WorkDir:        s.ws.WorkDir(),
+		Instance:       s.instance,
 	}, nil
 }
 
@@ -306,4 +310,10 @@ func (s *Server) applyConfig(ctx context.Context, stack auto.Stack, cfg []config
 	s.configKeys[stack.Name()] = want
 	s.mu.Unlock()
 	return nil
+}
+
+func newInstanceID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -195,7 +195,10 @@ type InfoResponse struct {
 	// Source revision the program was fetched at (commit SHA, artifact digest).
 	Revision string `protobuf:"bytes,4,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Working directory of the program.
-	WorkDir       string `protobuf:"bytes,5,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
+	WorkDir string `protobuf:"bytes,5,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
+	// A random ID of this agent process: a new one means the agent restarted
+	// and holds no configuration or runs from before.
+	Instance      string `protobuf:"bytes,6,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +264,13 @@ func (x *InfoResponse) GetRevision() string {
 func (x *InfoResponse) GetWorkDir() string {
 	if x != nil {
 		return x.WorkDir
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetInstance() string {
+	if x != nil {
+		return x.Instance
 	}
 	return ""
 }
@@ -997,13 +1007,14 @@ var File_agent_proto protoreflect.FileDescriptor
 const file_agent_proto_rawDesc = "" +
 	"\n" +
 	"\vagent.proto\x12\x12stackflow.agent.v1\"\r\n" +
-	"\vInfoRequest\"\xb8\x01\n" +
+	"\vInfoRequest\"\xd4\x01\n" +
 	"\fInfoResponse\x12%\n" +
 	"\x0epulumi_version\x18\x01 \x01(\tR\rpulumiVersion\x12!\n" +
 	"\fproject_name\x18\x02 \x01(\tR\vprojectName\x12'\n" +
 	"\x0fproject_runtime\x18\x03 \x01(\tR\x0eprojectRuntime\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\tR\brevision\x12\x19\n" +
-	"\bwork_dir\x18\x05 \x01(\tR\aworkDir\"\xdb\x01\n" +
+	"\bwork_dir\x18\x05 \x01(\tR\aworkDir\x12\x1a\n" +
+	"\binstance\x18\x06 \x01(\tR\binstance\"\xdb\x01\n" +
 	"\n" +
 	"ConfigItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
