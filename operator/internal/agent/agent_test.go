@@ -311,13 +311,12 @@ func TestAgentBadInput(t *testing.T) {
 	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "stack nope does not exist") {
 		t.Fatalf("unknown stack err = %v", err)
 	}
-	op, err := c.StartOperation(ctx, &agentv1.StartOperationRequest{UpdateId: "u", StackName: "missing", Type: agentv1.OperationType_OPERATION_TYPE_UP})
-	if err != nil {
-		t.Fatal(err)
+	_, err = c.StartOperation(ctx, &agentv1.StartOperationRequest{UpdateId: "u", StackName: "missing", Type: agentv1.OperationType_OPERATION_TYPE_UP})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "stack missing is not configured in this workspace yet") {
+		t.Fatalf("op on an unconfigured stack: err = %v", err)
 	}
-	res, _ := wait(t, c, op.UpdateId)
-	if res.State != agentv1.OperationState_OPERATION_STATE_STACK_NOT_FOUND || !strings.Contains(res.Message, "stack missing not found") {
-		t.Fatalf("op on unknown stack = %v %q", res.State, res.Message)
+	if st, _ := c.GetOperation(ctx, &agentv1.GetOperationRequest{UpdateId: "u"}); st.GetState() != agentv1.OperationState_OPERATION_STATE_UNKNOWN {
+		t.Fatalf("a refused operation was recorded: %v", st)
 	}
 }
 
@@ -348,4 +347,3 @@ func TestAgentSourceErrors(t *testing.T) {
 		})
 	}
 }
-

@@ -70,6 +70,11 @@ func (s *Server) StartOperation(_ context.Context, req *agentv1.StartOperationRe
 	if r, ok := s.runs[req.GetUpdateId()]; ok {
 		return r.snapshot(), nil
 	}
+	if _, configured := s.configKeys[req.GetStackName()]; !configured {
+		// An agent that restarted has lost the configuration the operator
+		// set; running now would deploy without it.
+		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is not configured in this workspace yet (SelectStack first)", req.GetStackName())
+	}
 	now := time.Now()
 	op := &agentv1.Operation{
 		UpdateId: req.GetUpdateId(), Type: req.GetType(), StackName: req.GetStackName(),

@@ -1,0 +1,8 @@
+// Package controller holds the operator's reconcilers, one per kind: Workspace
+// (runs the workspace agent through a runtime and applies stack configuration
+// through it) and Update (starts an operation in a workspace and follows it
+// without holding a worker).
+//
+// It imports the operator API, the agent API and client, the workspace runtimes
+// and controller-runtime.
+package controller

@@ -1,0 +1,239 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace"
+	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
+)
+
+// workspaceFinalizer lets the runtime stop the agent before a Workspace goes.
+const workspaceFinalizer = "auto.pulumi.com/workspace-runtime"
+
+// Workspace reasons for stack configuration, in addition to the API's.
+const workspaceReasonConfigurationFailed = "ConfigurationFailed"
+
+// WorkspaceReconciler runs workspace agents and applies stack configuration.
+type WorkspaceReconciler struct {
+	client.Client
+	Recorder record.EventRecorder
+	Runtime  workspace.Runtime
+	Agents   *agentclient.Pool
+	// Workers is the controller's concurrency.
+	Workers int
+
+	// applied remembers, per Workspace UID, which agent instance holds which
+	// stack configuration, so configuration is applied once per change or
+	// agent restart, not on every reconcile.
+	applied sync.Map // types.UID → appliedConfig
+}
+
+type appliedConfig struct{ instance, hash string }
+
+// SetupWithManager registers the controller.
+func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&autov1alpha1.Workspace{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&appsv1.StatefulSet{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		Complete(r)
+}
+
+// Reconcile converges one Workspace.
+func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	ws := &autov1alpha1.Workspace{}
+	if err := r.Get(ctx, req.NamespacedName, ws); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	base := ws.DeepCopy()
+	defer func() {
+		if equality.Semantic.DeepEqual(base.Status, ws.Status) {
+			return
+		}
+		if err := r.Status().Patch(ctx, ws, client.MergeFrom(base)); err != nil && retErr == nil {
+			retErr = client.IgnoreNotFound(err)
+		}
+	}()
+
+	if !ws.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, ws)
+	}
+	if controllerutil.AddFinalizer(ws, workspaceFinalizer) {
+		if err := r.Update(ctx, ws); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	token, err := r.reconcileToken(ctx, ws)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	st, err := r.Runtime.Ensure(ctx, ws, token)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.reconcileAgent(ctx, ws, st, token)
+}
+
+func (r *WorkspaceReconciler) reconcileDelete(ctx context.Context, ws *autov1alpha1.Workspace) error {
+	setCondition(&ws.Status.Conditions, ws.Generation, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonDeleting, "the workspace is being deleted")
+	if err := r.Runtime.Remove(ctx, ws); err != nil {
+		return fmt.Errorf("remove workspace agent: %w", err)
+	}
+	r.Agents.Forget(ws.Status.Address)
+	r.applied.Delete(ws.UID)
+	if controllerutil.RemoveFinalizer(ws, workspaceFinalizer) {
+		return client.IgnoreNotFound(r.Update(ctx, ws))
+	}
+	return nil
+}
+
+// reconcileToken makes sure the agent's bearer token Secret exists.
+func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, ws *autov1alpha1.Workspace) (string, error) {
+	key := types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws.Name)}
+	var s corev1.Secret
+	err := r.Get(ctx, key, &s)
+	if err == nil {
+		return string(s.Data["token"]), nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	s = corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Data:       map[string][]byte{"token": []byte(hex.EncodeToString(b))},
+	}
+	if err := controllerutil.SetControllerReference(ws, &s, r.Scheme()); err != nil {
+		return "", err
+	}
+	if err := r.Create(ctx, &s); err != nil {
+		return "", fmt.Errorf("create agent token secret: %w", err)
+	}
+	return string(s.Data["token"]), nil
+}
+
+// reconcileAgent reports the runtime's state and, once the agent serves,
+// applies the stack configuration through it (never restarting it).
+func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, ws *autov1alpha1.Workspace, st workspace.Status, token string) (ctrl.Result, error) {
+	gen := ws.Generation
+	conds := &ws.Status.Conditions
+	switch {
+	case st.Failed:
+		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInstallationFailed, st.Message)
+		setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonInstallationFailed, st.Message)
+		// The runtime retries a failed agent after a backoff; look again then.
+		return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+	case !st.Ready:
+		apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
+		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing, st.Message)
+		// Waiting for the agent to fetch and install; pod readiness also
+		// triggers a reconcile through the StatefulSet watch.
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
+	if ws.Status.Address != "" && ws.Status.Address != st.Address {
+		r.Agents.Forget(ws.Status.Address)
+	}
+	ws.Status.Address = st.Address
+	agent, err := r.Agents.Get(st.Address, token)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	info, err := agent.Info(callCtx, &agentv1.InfoRequest{})
+	if err != nil {
+		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonConnectionFailed, fmt.Sprintf("agent at %s does not answer: %v", st.Address, status.Convert(err).Message()))
+		// The agent may be restarting; try again shortly.
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	ws.Status.PulumiVersion = info.PulumiVersion
+
+	hash := stacksHash(ws.Spec.Stacks)
+	if prev, ok := r.applied.Load(ws.UID); !ok || prev.(appliedConfig) != (appliedConfig{info.Instance, hash}) {
+		for _, s := range ws.Spec.Stacks {
+			if err := selectStack(ctx, agent, s); err != nil {
+				msg := fmt.Sprintf("configure stack %s: %s", s.Name, status.Convert(err).Message())
+				setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, workspaceReasonConfigurationFailed, msg)
+				if c := status.Code(err); c == codes.InvalidArgument || c == codes.NotFound {
+					// The user must fix the configuration: stalled until the spec changes.
+					setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, workspaceReasonConfigurationFailed, msg)
+					r.Recorder.Event(ws, corev1.EventTypeWarning, workspaceReasonConfigurationFailed, msg)
+					return ctrl.Result{}, nil
+				}
+				return ctrl.Result{}, fmt.Errorf("%s", msg)
+			}
+		}
+		r.applied.Store(ws.UID, appliedConfig{info.Instance, hash})
+		log.FromContext(ctx).Info("Applied stack configuration", "stacks", len(ws.Spec.Stacks), "agent", info.Instance)
+	}
+	setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonRunning, fmt.Sprintf("agent ready at %s (pulumi %s, revision %s)", st.Address, info.PulumiVersion, info.Revision))
+	ws.Status.ObservedGeneration = gen
+	// Look again later: an agent that restarted lost its configuration and
+	// must be configured again.
+	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+}
+
+func stacksHash(stacks []autov1alpha1.WorkspaceStack) string {
+	b, _ := json.Marshal(stacks)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// selectStack applies one WorkspaceStack through the agent.
+func selectStack(ctx context.Context, agent agentv1.AgentClient, s autov1alpha1.WorkspaceStack) error {
+	req := &agentv1.SelectStackRequest{StackName: s.Name, Create: s.Create == nil || *s.Create, Environment: s.Environment}
+	if s.SecretsProvider != nil {
+		req.SecretsProvider = *s.SecretsProvider
+	}
+	for _, c := range s.Config {
+		item := &agentv1.ConfigItem{Key: c.Key, Path: c.Path != nil && *c.Path, Secret: c.Secret != nil && *c.Secret}
+		switch {
+		case c.Value != nil:
+			item.Source = &agentv1.ConfigItem_ValueJson{ValueJson: string(c.Value.Raw)}
+		case c.ValueFrom != nil && c.ValueFrom.Env != "":
+			item.Source = &agentv1.ConfigItem_ValueFromEnv{ValueFromEnv: c.ValueFrom.Env}
+			item.Json = c.ValueFrom.JSON != nil && *c.ValueFrom.JSON
+		case c.ValueFrom != nil && c.ValueFrom.Path != "":
+			item.Source = &agentv1.ConfigItem_ValueFromFile{ValueFromFile: c.ValueFrom.Path}
+			item.Json = c.ValueFrom.JSON != nil && *c.ValueFrom.JSON
+		default:
+			return status.Errorf(codes.InvalidArgument, "config %s has neither value nor valueFrom", c.Key)
+		}
+		req.Config = append(req.Config, item)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	_, err := agent.SelectStack(ctx, req)
+	return err
+}

@@ -1,0 +1,93 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+)
+
+// PodRuntime runs each workspace as a StatefulSet of one pod behind a headless
+// Service, both owned by the Workspace (deleted with it).
+type PodRuntime struct {
+	Client  client.Client
+	Scheme  *runtime.Scheme
+	Options pod.Options
+}
+
+var _ Runtime = (*PodRuntime)(nil)
+
+// TokenSecretName is the Secret holding a workspace agent's bearer token.
+func TokenSecretName(workspaceName string) string { return workspaceName + "-agent-token" }
+
+// Ensure creates or updates the StatefulSet and Service. The pod template is
+// replaced only when its hash (source, image, env, pod shape) changes.
+func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ string) (Status, error) {
+	opts := r.Options
+	opts.TokenSecretName = TokenSecretName(ws.Name)
+	sts, svc, err := pod.Build(ws, opts)
+	if err != nil {
+		return Status{Failed: true, Message: err.Error()}, nil
+	}
+	if err := controllerutil.SetControllerReference(ws, svc, r.Scheme); err != nil {
+		return Status{}, err
+	}
+	if err := controllerutil.SetControllerReference(ws, sts, r.Scheme); err != nil {
+		return Status{}, err
+	}
+
+	var curSvc corev1.Service
+	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(svc), &curSvc); {
+	case apierrors.IsNotFound(err):
+		if err := r.Client.Create(ctx, svc); err != nil {
+			return Status{}, fmt.Errorf("create service: %w", err)
+		}
+	case err != nil:
+		return Status{}, err
+	default:
+		curSvc.Labels, curSvc.Annotations = svc.Labels, svc.Annotations
+		curSvc.Spec.Ports, curSvc.Spec.Selector = svc.Spec.Ports, svc.Spec.Selector
+		if err := r.Client.Update(ctx, &curSvc); err != nil {
+			return Status{}, fmt.Errorf("update service: %w", err)
+		}
+	}
+
+	var cur appsv1.StatefulSet
+	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(sts), &cur); {
+	case apierrors.IsNotFound(err):
+		if err := r.Client.Create(ctx, sts); err != nil {
+			return Status{}, fmt.Errorf("create statefulset: %w", err)
+		}
+		return Status{Message: "workspace pod created"}, nil
+	case err != nil:
+		return Status{}, err
+	}
+	want := sts.Spec.Template.Annotations[pod.AnnotationPodSpecHash]
+	if cur.Spec.Template.Annotations[pod.AnnotationPodSpecHash] != want {
+		cur.Spec.Template = sts.Spec.Template
+		cur.Labels = sts.Labels
+		if err := r.Client.Update(ctx, &cur); err != nil {
+			return Status{}, fmt.Errorf("update statefulset: %w", err)
+		}
+		return Status{Message: "workspace pod is being replaced"}, nil
+	}
+	ready := cur.Status.ObservedGeneration == cur.Generation &&
+		cur.Status.ReadyReplicas == 1 && cur.Status.UpdatedReplicas == 1 &&
+		(cur.Status.UpdateRevision == "" || cur.Status.CurrentRevision == cur.Status.UpdateRevision)
+	if !ready {
+		return Status{Message: "waiting for the workspace pod to become ready"}, nil
+	}
+	return Status{Ready: true, Address: pod.Address(ws, opts.Port), Message: "workspace pod ready"}, nil
+}
+
+// Remove leaves deletion to the garbage collector: the StatefulSet and Service
+// are owned by the Workspace.
+func (r *PodRuntime) Remove(context.Context, *autov1alpha1.Workspace) error { return nil }
