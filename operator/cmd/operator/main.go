@@ -1,0 +1,74 @@
+// Command operator runs the Stackflow operator. Flags are parsed into
+// operator.Options; everything else lives in operator/internal.
+package main
+
+import (
+	"flag"
+	"os"
+	"strings"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
+)
+
+func main() {
+	var (
+		opts        operator.Options
+		metricsAddr string
+		probeAddr   string
+		leaderElect bool
+		agentEnv    string
+		zapOpts     = zap.Options{Development: false}
+	)
+	flag.StringVar(&opts.Runtime, "workspace-runtime", operator.RuntimePod, `how workspaces run: "pod" (StatefulSets; for clusters) or "local" (agent child processes; for development)`)
+	flag.StringVar(&opts.Pod.AgentImage, "agent-image", "ghcr.io/stackflow-io/stackflow-operator:latest", "image holding the agent at /agent (pod runtime)")
+	flag.StringVar(&opts.Pod.DefaultPulumiImage, "pulumi-image", "pulumi/pulumi:3.274.1-nonroot", "workspace image when spec.image is empty (pod runtime)")
+	flag.StringVar(&opts.LocalRoot, "local-root", "", "directory holding the local runtime's workspaces")
+	flag.StringVar(&opts.AgentBinary, "agent-binary", "", "agent executable for the local runtime")
+	flag.StringVar(&opts.PulumiRoot, "pulumi-root", "", "directory holding bin/pulumi for local agents (default: pulumi from PATH)")
+	flag.StringVar(&agentEnv, "agent-env", "", "comma-separated KEY=VALUE environment for local agents")
+	flag.IntVar(&opts.WorkspaceWorkers, "workspace-workers", 4, "concurrent Workspace reconciles")
+	flag.IntVar(&opts.UpdateWorkers, "update-workers", 4, "concurrent Update reconciles (operations in flight are not limited by it)")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "metrics address (0 disables)")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader through a Lease, for more than one replica")
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	opts.AgentEnv = map[string]string{}
+	for _, kv := range strings.Split(agentEnv, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			opts.AgentEnv[k] = v
+		}
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 operator.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "stackflow-operator.pulumi.com",
+	})
+	if err != nil {
+		log.Error(err, "Creating the manager failed")
+		os.Exit(1)
+	}
+	pool, err := operator.Setup(mgr, opts)
+	if err != nil {
+		log.Error(err, "Setting up the operator failed")
+		os.Exit(1)
+	}
+	defer pool.Close()
+	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
+	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
+	log.Info("Starting the operator", "runtime", opts.Runtime)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "The operator stopped")
+		os.Exit(1)
+	}
+}

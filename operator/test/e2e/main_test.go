@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
+)
+
+var (
+	cp *substrate.ControlPlane
+	// bin holds the agent and operator binaries built for this run.
+	bin string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	bin, err = os.MkdirTemp("", "stackflow-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(bin)
+	for _, target := range []string{"agent", "operator"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(bin, target), "./operator/cmd/"+target)
+		build.Dir = substrate.RepoRoot()
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", target, err, out)
+			return 1
+		}
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	cp, err = substrate.StartControlPlane()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cp.Stop()
+	return m.Run()
+}
+
+// env is one test's world: a namespace, a Pulumi environment, local-runtime
+// options.
+type env struct {
+	ns   string
+	pe   *substrate.Pulumi
+	opts operator.Options
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	pe := substrate.NewPulumi(t)
+	return &env{ns: cp.Namespace(t), pe: pe, opts: operator.Options{
+		Runtime: operator.RuntimeLocal, LocalRoot: t.TempDir(), AgentBinary: filepath.Join(bin, "agent"),
+		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 2, UpdateWorkers: 2,
+	}}
+}
+
+// startOperator runs the operator in this process until the returned stop is
+// called (or the test ends).
+func startOperator(t *testing.T, opts operator.Options) (stop func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: ctrlConfigUniqueNames(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := operator.Setup(mgr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once bool
+	stop = func() {
+		if once {
+			return
+		}
+		once = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("operator: %v", err)
+		}
+		pool.Close()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// eventually polls cond until it returns true or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+}
+
+func get(t *testing.T, obj client.Object) error {
+	t.Helper()
+	return cp.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+}
+
+// ctrlConfigUniqueNames lets several operators (one per test, or a restarted
+// one) run in this process: controller names are unique per manager only.
+func ctrlConfigUniqueNames() config.Controller {
+	skip := true
+	return config.Controller{SkipNameValidation: &skip}
+}
