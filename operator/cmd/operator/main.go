@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"strings"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -30,6 +31,7 @@ func main() {
 	flag.StringVar(&opts.LocalRoot, "local-root", "", "directory holding the local runtime's workspaces")
 	flag.StringVar(&opts.AgentBinary, "agent-binary", "", "agent executable for the local runtime")
 	flag.StringVar(&opts.PulumiRoot, "pulumi-root", "", "directory holding bin/pulumi for local agents (default: pulumi from PATH)")
+	flag.DurationVar(&opts.LocalRestartBackoff, "local-restart-backoff", 30*time.Second, "how long a failed local agent stays down before it is restarted")
 	flag.StringVar(&agentEnv, "agent-env", "", "comma-separated KEY=VALUE environment for local agents")
 	flag.IntVar(&opts.WorkspaceWorkers, "workspace-workers", 4, "concurrent Workspace reconciles")
 	flag.IntVar(&opts.UpdateWorkers, "update-workers", 4, "concurrent Update reconciles (operations in flight are not limited by it)")

@@ -8,6 +8,7 @@ package operator
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -41,6 +42,9 @@ type Options struct {
 	AgentBinary string
 	PulumiRoot  string
 	AgentEnv    map[string]string
+	// LocalRestartBackoff is how long a failed local agent stays down before
+	// it is started again (default 30s).
+	LocalRestartBackoff time.Duration
 	// WorkspaceWorkers and UpdateWorkers are the controllers' concurrency.
 	WorkspaceWorkers int
 	UpdateWorkers    int
@@ -71,7 +75,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*agentclient.Pool, error) {
 			return nil, fmt.Errorf("the local runtime needs an agent binary and a root directory")
 		}
 		rt = &local.Runtime{Root: opts.LocalRoot, AgentBinary: opts.AgentBinary, PulumiRoot: opts.PulumiRoot,
-			Env: opts.AgentEnv, Client: mgr.GetAPIReader()}
+			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff}
 	default:
 		return nil, fmt.Errorf("unknown workspace runtime %q: use pod or local", opts.Runtime)
 	}

@@ -74,7 +74,6 @@ func newUpdate(ns, name, ws string, typ autov1alpha1.UpdateType) *autov1alpha1.U
 	}
 }
 
-
 // waitWorkspaceReady waits until the workspace is Ready for its generation.
 func waitWorkspaceReady(t *testing.T, ws *autov1alpha1.Workspace, timeout time.Duration) {
 	t.Helper()
