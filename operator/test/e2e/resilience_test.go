@@ -37,6 +37,7 @@ func TestUpdatesDoNotHoldWorkers(t *testing.T) {
 	for i := range n {
 		ws := newWorkspace(e.ns, fmt.Sprintf("w%02d", i), repo.URL(),
 			stackConfig("content", "c", "recordName", fmt.Sprintf("rec-%02d", i), "sleep", 5))
+		ws.Spec.Stacks[0].Name = ws.Name // one Pulumi stack each: no real conflicts
 		if err := cp.Client.Create(ctx, ws); err != nil {
 			t.Fatal(err)
 		}
@@ -48,6 +49,7 @@ func TestUpdatesDoNotHoldWorkers(t *testing.T) {
 	var ups []*autov1alpha1.Update
 	for _, ws := range wss {
 		u := newUpdate(e.ns, ws.Name+"-up", ws.Name, autov1alpha1.UpType)
+		u.Spec.StackName = ws.Name
 		if err := cp.Client.Create(ctx, u); err != nil {
 			t.Fatal(err)
 		}
