@@ -192,14 +192,9 @@ func (s *Server) execute(ctx context.Context, r *run, req *agentv1.StartOperatio
 // workspace that no longer exists (the agent or its pod was killed mid-update),
 // it removes the stale lock and the pending operations and runs again, once.
 func (s *Server) runWithRecovery(ctx context.Context, log logr.Logger, r *run, req *agentv1.StartOperationRequest) *agentv1.Operation {
-	stack, err := auto.SelectStack(ctx, req.GetStackName(), s.ws)
-	if err != nil {
-		if auto.IsSelectStack404Error(err) {
-			return &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_STACK_NOT_FOUND,
-				Message: fmt.Sprintf("stack %s not found: select it (with create) before running operations", req.GetStackName())}
-		}
-		return &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_FAILED, Message: summarize(err)}
-	}
+	s.mu.Lock()
+	stack := s.stacks[req.GetStackName()] // StartOperation checked it was selected
+	s.mu.Unlock()
 	for attempt := 0; ; attempt++ {
 		res := s.runOnce(ctx, r, stack, req)
 		if res.State != agentv1.OperationState_OPERATION_STATE_CONFLICT || attempt > 0 {
@@ -267,6 +262,7 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	var err error
 	var changes map[string]int
 	var permalink string
+	var outputs auto.OutputMap
 	switch req.GetType() {
 	case agentv1.OperationType_OPERATION_TYPE_UP:
 		opts := []optup.Option{optup.ProgressStreams(out), optup.EventStreams(engineEvents), optup.SuppressProgress()}
@@ -277,6 +273,7 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 			changes = *ur.Summary.ResourceChanges
 		}
 		permalink, _ = ur.GetPermalink()
+		outputs = ur.Outputs
 	case agentv1.OperationType_OPERATION_TYPE_PREVIEW:
 		opts := []optpreview.Option{optpreview.ProgressStreams(out), optpreview.EventStreams(engineEvents), optpreview.SuppressProgress()}
 		opts = append(opts, previewOptions(req)...)
@@ -331,20 +328,20 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		res.State = agentv1.OperationState_OPERATION_STATE_FAILED
 		res.Message = summarize(err)
 	}
-	if req.GetType() == agentv1.OperationType_OPERATION_TYPE_UP || req.GetType() == agentv1.OperationType_OPERATION_TYPE_REFRESH {
-		outputs, oerr := stack.Outputs(context.Background())
-		if oerr == nil {
-			res.Outputs = map[string]*agentv1.Output{}
-			for k, v := range outputs {
-				b, merr := json.Marshal(v.Value)
-				if merr != nil {
-					continue
-				}
-				res.Outputs[k] = &agentv1.Output{ValueJson: string(b), Secret: v.Secret}
-				if v.Secret {
-					if str, ok := v.Value.(string); ok {
-						s.redact.add(str)
-					}
+	if req.GetType() == agentv1.OperationType_OPERATION_TYPE_REFRESH {
+		outputs, _ = stack.Outputs(context.Background())
+	}
+	if outputs != nil {
+		res.Outputs = map[string]*agentv1.Output{}
+		for k, v := range outputs {
+			b, merr := json.Marshal(v.Value)
+			if merr != nil {
+				continue
+			}
+			res.Outputs[k] = &agentv1.Output{ValueJson: string(b), Secret: v.Secret}
+			if v.Secret {
+				if str, ok := v.Value.(string); ok {
+					s.redact.add(str)
 				}
 			}
 		}

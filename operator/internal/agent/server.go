@@ -62,6 +62,9 @@ type Server struct {
 	// configKeys are the configuration keys set through SelectStack, by stack,
 	// each with whether it is a property path.
 	configKeys map[string]map[string]bool
+	// stacks are the stacks selected through SelectStack: operations use them
+	// directly, saving a `pulumi stack select` per run.
+	stacks map[string]auto.Stack
 }
 
 // New fetches the program, installs its dependencies and returns a server.
@@ -118,7 +121,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	return &Server{
 		log: log, ws: ws, wsOpts: wsOpts, revision: fetched.Revision, project: *proj,
 		version: cmd.Version().String(), hostname: hostname, instance: newInstanceID(), redact: red, alive: livePulumiProcess,
-		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{},
+		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{}, stacks: map[string]auto.Stack{},
 	}, nil
 }
 
@@ -308,6 +311,7 @@ func (s *Server) applyConfig(ctx context.Context, stack auto.Stack, cfg []config
 	}
 	s.mu.Lock()
 	s.configKeys[stack.Name()] = want
+	s.stacks[stack.Name()] = stack
 	s.mu.Unlock()
 	return nil
 }

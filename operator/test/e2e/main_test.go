@@ -63,7 +63,7 @@ type env struct {
 	opts operator.Options
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	pe := substrate.NewPulumi(t)
 	return &env{ns: cp.Namespace(t), pe: pe, opts: operator.Options{
@@ -74,7 +74,7 @@ func newEnv(t *testing.T) *env {
 
 // startOperator runs the operator in this process until the returned stop is
 // called (or the test ends).
-func startOperator(t *testing.T, opts operator.Options) (stop func()) {
+func startOperator(t testing.TB, opts operator.Options) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
@@ -107,7 +107,7 @@ func startOperator(t *testing.T, opts operator.Options) (stop func()) {
 }
 
 // eventually polls cond until it returns true or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var lastErr error
@@ -122,7 +122,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
 }
 
-func get(t *testing.T, obj client.Object) error {
+func get(t testing.TB, obj client.Object) error {
 	t.Helper()
 	return cp.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
 }

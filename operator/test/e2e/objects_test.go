@@ -75,7 +75,7 @@ func newUpdate(ns, name, ws string, typ autov1alpha1.UpdateType) *autov1alpha1.U
 }
 
 // waitWorkspaceReady waits until the workspace is Ready for its generation.
-func waitWorkspaceReady(t *testing.T, ws *autov1alpha1.Workspace, timeout time.Duration) {
+func waitWorkspaceReady(t testing.TB, ws *autov1alpha1.Workspace, timeout time.Duration) {
 	t.Helper()
 	eventually(t, timeout, fmt.Sprintf("workspace %s ready", ws.Name), func() (bool, error) {
 		if err := get(t, ws); err != nil {
@@ -90,7 +90,7 @@ func waitWorkspaceReady(t *testing.T, ws *autov1alpha1.Workspace, timeout time.D
 }
 
 // runUpdate creates an Update and waits for it to complete.
-func runUpdate(t *testing.T, u *autov1alpha1.Update, timeout time.Duration) *autov1alpha1.Update {
+func runUpdate(t testing.TB, u *autov1alpha1.Update, timeout time.Duration) *autov1alpha1.Update {
 	t.Helper()
 	if err := cp.Client.Create(context.Background(), u); err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func runUpdate(t *testing.T, u *autov1alpha1.Update, timeout time.Duration) *aut
 	return u
 }
 
-func waitComplete(t *testing.T, u *autov1alpha1.Update, timeout time.Duration) {
+func waitComplete(t testing.TB, u *autov1alpha1.Update, timeout time.Duration) {
 	t.Helper()
 	eventually(t, timeout, fmt.Sprintf("update %s complete", u.Name), func() (bool, error) {
 		if err := get(t, u); err != nil {

@@ -109,7 +109,7 @@ type operatorProcess struct {
 	cmd *exec.Cmd
 }
 
-func startOperatorProcess(t *testing.T, e *env, kubeconfig string) *operatorProcess {
+func startOperatorProcess(t testing.TB, e *env, kubeconfig string) *operatorProcess {
 	t.Helper()
 	var env []string
 	for k, v := range e.opts.AgentEnv {
@@ -141,7 +141,7 @@ func (p *operatorProcess) kill() {
 	}
 }
 
-func kubeconfig(t *testing.T) string {
+func kubeconfig(t testing.TB) string {
 	t.Helper()
 	user, err := cp.Env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
@@ -158,7 +158,7 @@ func kubeconfig(t *testing.T) string {
 	return p
 }
 
-func waitProgressing(t *testing.T, u *autov1alpha1.Update) {
+func waitProgressing(t testing.TB, u *autov1alpha1.Update) {
 	t.Helper()
 	eventually(t, 2*time.Minute, u.Name+" progressing", func() (bool, error) {
 		if err := get(t, u); err != nil {

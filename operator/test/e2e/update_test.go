@@ -19,7 +19,7 @@ import (
 )
 
 // agentPID reads the local runtime's record of a workspace's agent process.
-func agentPID(t *testing.T, e *env, ws string) int {
+func agentPID(t testing.TB, e *env, ws string) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(e.opts.LocalRoot, e.ns, ws, "agent.json"))
 	if err != nil {
@@ -33,7 +33,7 @@ func agentPID(t *testing.T, e *env, ws string) int {
 }
 
 // history reads the stack's update history from the backend.
-func history(t *testing.T, e *env, repo *gitrepo.Repo) []auto.UpdateSummary {
+func history(t testing.TB, e *env, repo *gitrepo.Repo) []auto.UpdateSummary {
 	t.Helper()
 	ctx := context.Background()
 	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(repo.Work), auto.Pulumi(e.pe.Command(t)), auto.EnvVars(e.pe.EnvVars()))
