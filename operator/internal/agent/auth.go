@@ -46,6 +46,9 @@ type KubeAuthenticator struct {
 
 // Authenticate verifies the token and the caller's permission.
 func (a KubeAuthenticator) Authenticate(ctx context.Context, token string) error {
+	if token == "" {
+		return status.Error(codes.Unauthenticated, "no bearer token")
+	}
 	tr, err := a.Client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{a.Audience}},
 	}, metav1.CreateOptions{})
