@@ -30,12 +30,13 @@ generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace b
 	$(CONTROLLER_GEN) object paths=./operator/api/...
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
+	$(CONTROLLER_GEN) rbac:roleName=stackflow-operator paths=./operator/internal/... output:rbac:artifacts:config=operator/config/rbac
 	cd operator/proto/agent/v1 && PATH="$(PROTOC_TOOLS):$$PATH" buf generate --template buf.gen.yaml .
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files differ from what is committed
-	@if [ -n "$$(git status --porcelain -- operator/api operator/proto $(CRD_DIR) hack/tools go.mod go.sum)" ]; then \
-	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api operator/proto $(CRD_DIR); \
+	@if [ -n "$$(git status --porcelain -- operator/api operator/proto operator/config hack/tools go.mod go.sum)" ]; then \
+	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api operator/proto operator/config; \
 	  echo "generated files are stale: run 'make generate' and commit the result" >&2; exit 1; fi
 
 .PHONY: build

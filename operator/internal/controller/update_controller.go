@@ -107,6 +107,9 @@ func (r *UpdateReconciler) updatesOfWorkspace(ctx context.Context, o client.Obje
 	return reqs
 }
 
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates/status,verbs=get;update;patch
+
 // Reconcile converges one Update.
 func (r *UpdateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	u := &autov1alpha1.Update{}
