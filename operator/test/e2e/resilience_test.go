@@ -242,4 +242,3 @@ func TestOperatorCrashNeverLeavesUpdatesProgressing(t *testing.T) {
 	}
 	t.Logf("recovery: %s", next.Status.Message)
 }
-
