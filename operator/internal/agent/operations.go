@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/debug"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
@@ -267,6 +268,9 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	case agentv1.OperationType_OPERATION_TYPE_UP:
 		opts := []optup.Option{optup.ProgressStreams(out), optup.EventStreams(engineEvents), optup.SuppressProgress()}
 		opts = append(opts, upOptions(req)...)
+		if s.logLevel > 0 {
+			opts = append(opts, optup.DebugLogging(s.debugLogging()))
+		}
 		var ur auto.UpResult
 		ur, err = stack.Up(ctx, opts...)
 		if ur.Summary.ResourceChanges != nil {
@@ -277,6 +281,9 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	case agentv1.OperationType_OPERATION_TYPE_PREVIEW:
 		opts := []optpreview.Option{optpreview.ProgressStreams(out), optpreview.EventStreams(engineEvents), optpreview.SuppressProgress()}
 		opts = append(opts, previewOptions(req)...)
+		if s.logLevel > 0 {
+			opts = append(opts, optpreview.DebugLogging(s.debugLogging()))
+		}
 		var pr auto.PreviewResult
 		pr, err = stack.Preview(ctx, opts...)
 		changes = map[string]int{}
@@ -287,6 +294,9 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	case agentv1.OperationType_OPERATION_TYPE_REFRESH:
 		opts := []optrefresh.Option{optrefresh.ProgressStreams(out), optrefresh.EventStreams(engineEvents), optrefresh.SuppressProgress()}
 		opts = append(opts, refreshOptions(req)...)
+		if s.logLevel > 0 {
+			opts = append(opts, optrefresh.DebugLogging(s.debugLogging()))
+		}
 		var rr auto.RefreshResult
 		rr, err = stack.Refresh(ctx, opts...)
 		if rr.Summary.ResourceChanges != nil {
@@ -296,6 +306,9 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	case agentv1.OperationType_OPERATION_TYPE_DESTROY:
 		opts := []optdestroy.Option{optdestroy.ProgressStreams(out), optdestroy.EventStreams(engineEvents), optdestroy.SuppressProgress()}
 		opts = append(opts, destroyOptions(req)...)
+		if s.logLevel > 0 {
+			opts = append(opts, optdestroy.DebugLogging(s.debugLogging()))
+		}
 		var dr auto.DestroyResult
 		dr, err = stack.Destroy(ctx, opts...)
 		if dr.Summary.ResourceChanges != nil {
@@ -347,6 +360,14 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		}
 	}
 	return res
+}
+
+// debugLogging turns on the engine's verbose logs (pulumi -v=N, written to the
+// engine's log files, not to the streamed output: they may hold provider
+// inputs verbatim).
+func (s *Server) debugLogging() debug.LoggingOptions {
+	level := s.logLevel
+	return debug.LoggingOptions{LogLevel: &level, FlowToPlugins: true}
 }
 
 // conflictMessage keeps the lock holders from a "stack is locked" error, which

@@ -51,6 +51,7 @@ type Server struct {
 	version  string
 	hostname string
 	instance string
+	logLevel uint
 	redact   *redactor
 	alive    processAlive
 
@@ -120,7 +121,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	}
 	return &Server{
 		log: log, ws: ws, wsOpts: wsOpts, revision: fetched.Revision, project: *proj,
-		version: cmd.Version().String(), hostname: hostname, instance: newInstanceID(), redact: red, alive: livePulumiProcess,
+		version: cmd.Version().String(), hostname: hostname, instance: newInstanceID(), logLevel: opts.LogLevel, redact: red, alive: livePulumiProcess,
 		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{}, stacks: map[string]auto.Stack{},
 	}, nil
 }
