@@ -1,0 +1,132 @@
+package stack
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+)
+
+var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+const (
+	revA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	revB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+// stackWith builds a branch-tracking Stack at generation 3 with the options
+// applied.
+func stackWith(opts ...func(*pulumiv1.Stack)) *pulumiv1.Stack {
+	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Name: "s", Generation: 3}}
+	s.Spec.GitSource = &pulumiv1.GitSource{ProjectRepo: "https://example.com/r", Branch: "main"}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func last(state pulumiv1.StackUpdateStateMessage, typ autov1alpha1.UpdateType, rev string, failures int64, ago time.Duration) func(*pulumiv1.Stack) {
+	return func(s *pulumiv1.Stack) {
+		lu := &pulumiv1.StackUpdateState{Generation: s.Generation, Type: typ, State: state, LastAttemptedCommit: rev,
+			Failures: failures, LastResyncTime: metav1.NewTime(now.Add(-ago)), Message: "boom"}
+		if state == pulumiv1.SucceededStackStateMessage {
+			lu.LastSuccessfulCommit = rev
+		}
+		s.Status.LastUpdate = lu
+	}
+}
+
+func TestDecide(t *testing.T) {
+	ok := pulumiv1.SucceededStackStateMessage
+	failed := pulumiv1.FailedStackStateMessage
+	cases := []struct {
+		name       string
+		stack      *pulumiv1.Stack
+		rev        string
+		want       Action
+		wantType   autov1alpha1.UpdateType
+		wantReason string
+		wantAfter  time.Duration
+	}{
+		{"first run", stackWith(), revA, Run, autov1alpha1.UpType, "not been updated yet", 0},
+		{"first run in preview mode", stackWith(func(s *pulumiv1.Stack) { s.Spec.Preview = true }), revA, Run, autov1alpha1.PreviewType, "not been updated yet", 0},
+		{"up to date, branch resync", stackWith(last(ok, "up", revA, 0, time.Minute)), revA, UpToDate, "up", "up to date", DefaultResync},
+		{"up to date, custom resync", stackWith(last(ok, "up", revA, 0, time.Minute), func(s *pulumiv1.Stack) { s.Spec.ResyncFrequencySeconds = 300 }), revA, UpToDate, "up", "up to date", 300 * time.Second},
+		{"pinned commit never polls", stackWith(last(ok, "up", revA, 0, time.Minute), func(s *pulumiv1.Stack) { s.Spec.Branch, s.Spec.Commit = "", revA }), revA, UpToDate, "up", "up to date", 0},
+		{"new commit", stackWith(last(ok, "up", revA, 0, time.Minute)), revB, Run, "up", "new revision bbbbbbbbbbbb", 0},
+		{"spec changed", stackWith(last(ok, "up", revA, 0, time.Minute), func(s *pulumiv1.Stack) { s.Generation = 4 }), revA, Run, "up", "the spec changed (generation 4, last update ran for 3)", 0},
+		{"preview turned off", stackWith(last(ok, "preview", revA, 0, time.Minute)), revA, Run, "up", "the last update was a preview", 0},
+		{"preview mode, previewed", stackWith(func(s *pulumiv1.Stack) { s.Spec.Preview = true }, last(ok, "preview", revA, 0, time.Minute)), revA, UpToDate, "preview", "up to date", DefaultResync},
+		{"reconcile request", stackWith(last(ok, "up", revA, 0, time.Minute), func(s *pulumiv1.Stack) {
+			s.Annotations = map[string]string{pulumiv1.ReconcileRequestAnnotation: "2026-11-29T11:00:00Z"}
+		}), revA, Run, "up", "reconciliation requested (2026-11-29T11:00:00Z)", 0},
+		{"handled reconcile request", stackWith(last(ok, "up", revA, 0, time.Minute), func(s *pulumiv1.Stack) {
+			s.Annotations = map[string]string{pulumiv1.ReconcileRequestAnnotation: "r1"}
+			s.Status.LastUpdate.ReconcileRequest = "r1"
+		}), revA, UpToDate, "up", "up to date", DefaultResync},
+		{"first failure, backoff not over", stackWith(last(failed, "up", revA, 1, 3*time.Second)), revA, Retry, "up", "failed (attempt 1 of 5): boom; retrying in 7s", 7 * time.Second},
+		{"first failure, backoff over", stackWith(last(failed, "up", revA, 1, 11*time.Second)), revA, Run, "up", "retrying after failure 1 of 5", 0},
+		{"third failure waits 40s", stackWith(last(failed, "up", revA, 3, 30*time.Second)), revA, Retry, "up", "retrying in 10s", 10 * time.Second},
+		{"backoff capped", stackWith(last(failed, "up", revA, 4, 30*time.Second), func(s *pulumiv1.Stack) { s.Spec.RetryMaxBackoffDurationSeconds = 15 }), revA, Run, "up", "retrying after failure 4", 0},
+		{"stalled after 5 failures", stackWith(last(failed, "up", revA, 5, time.Hour)), revA, Stall, "up", "failed 5 times in a row: boom", 0},
+		{"stalled stack, new commit runs", stackWith(last(failed, "up", revA, 5, time.Hour)), revB, Run, "up", "new revision", 0},
+		{"stalled stack, spec change runs", stackWith(last(failed, "up", revA, 5, time.Hour), func(s *pulumiv1.Stack) { s.Generation = 9 }), revA, Run, "up", "the spec changed", 0},
+		{"stalled stack, reconcile request runs", stackWith(last(failed, "up", revA, 5, time.Hour), func(s *pulumiv1.Stack) {
+			s.Annotations = map[string]string{pulumiv1.ReconcileRequestAnnotation: "retry"}
+		}), revA, Run, "up", "reconciliation requested", 0},
+		{"continuous resync due", stackWith(last(ok, "up", revA, 0, 2*time.Minute), func(s *pulumiv1.Stack) { s.Spec.ContinueResyncOnCommitMatch = true }), revA, Run, "up", "periodic resync", 0},
+		{"continuous resync not due", stackWith(last(ok, "up", revA, 0, 20*time.Second), func(s *pulumiv1.Stack) { s.Spec.ContinueResyncOnCommitMatch = true }), revA, UpToDate, "up", "up to date", 40 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(Input{Stack: tc.stack, Revision: tc.rev, Now: now})
+			if d.Action != tc.want || d.UpdateType != tc.wantType || !strings.Contains(d.Reason, tc.wantReason) || d.RequeueAfter != tc.wantAfter {
+				t.Fatalf("Decide = {%v %s %q after %s}, want {%v %s %q after %s}", d.Action, d.UpdateType, d.Reason, d.RequeueAfter, tc.want, tc.wantType, tc.wantReason, tc.wantAfter)
+			}
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		failures int64
+		max      time.Duration
+		want     time.Duration
+	}{
+		{1, time.Hour, 10 * time.Second}, {2, time.Hour, 20 * time.Second}, {4, time.Hour, 80 * time.Second},
+		{20, time.Hour, time.Hour}, {3, 15 * time.Second, 15 * time.Second}, {0, time.Hour, 10 * time.Second},
+	} {
+		if got := Backoff(tc.failures, tc.max); got != tc.want {
+			t.Errorf("Backoff(%d, %s) = %s, want %s", tc.failures, tc.max, got, tc.want)
+		}
+	}
+}
+
+func TestCheckPrerequisite(t *testing.T) {
+	upOK := &pulumiv1.StackUpdateState{Type: "up", State: pulumiv1.SucceededStackStateMessage, LastResyncTime: metav1.NewTime(now.Add(-30 * time.Minute))}
+	for _, tc := range []struct {
+		name       string
+		p          Prerequisite
+		want       PrerequisiteVerdict
+		wantSubstr string
+	}{
+		{"missing", Prerequisite{Name: "dev"}, PrerequisiteVerdict{}, "prerequisite dev not found"},
+		{"never ran", Prerequisite{Name: "dev", Found: true}, PrerequisiteVerdict{}, "has not been updated yet"},
+		{"failed", Prerequisite{Name: "dev", Found: true, LastUpdate: &pulumiv1.StackUpdateState{Type: "up", State: pulumiv1.FailedStackStateMessage}}, PrerequisiteVerdict{}, "last update failed"},
+		{"only previewed", Prerequisite{Name: "dev", Found: true, LastUpdate: &pulumiv1.StackUpdateState{Type: "preview", State: pulumiv1.SucceededStackStateMessage}}, PrerequisiteVerdict{}, "last ran a preview"},
+		{"succeeded", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK}, PrerequisiteVerdict{Satisfied: true}, ""},
+		{"succeeded within 1h", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK, Within: time.Hour}, PrerequisiteVerdict{Satisfied: true}, ""},
+		{"stale", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK, Within: 10 * time.Minute}, PrerequisiteVerdict{Resync: true}, "last succeeded 30m0s ago, more than the required 10m0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CheckPrerequisite(tc.p, now)
+			if got.Satisfied != tc.want.Satisfied || got.Resync != tc.want.Resync || !strings.Contains(got.Message, tc.wantSubstr) {
+				t.Fatalf("CheckPrerequisite = %+v, want %+v with %q", got, tc.want, tc.wantSubstr)
+			}
+		})
+	}
+}
