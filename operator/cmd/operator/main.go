@@ -34,6 +34,7 @@ func main() {
 	flag.DurationVar(&opts.LocalRestartBackoff, "local-restart-backoff", 30*time.Second, "how long a failed local agent stays down before it is restarted")
 	flag.StringVar(&agentEnv, "agent-env", "", "comma-separated KEY=VALUE environment for local agents")
 	flag.IntVar(&opts.WorkspaceWorkers, "workspace-workers", 4, "concurrent Workspace reconciles")
+	flag.IntVar(&opts.StackWorkers, "stack-workers", 4, "concurrent Stack reconciles")
 	flag.IntVar(&opts.UpdateWorkers, "update-workers", 4, "concurrent Update reconciles (operations in flight are not limited by it)")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "metrics address (0 disables)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address")

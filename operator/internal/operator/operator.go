@@ -45,9 +45,11 @@ type Options struct {
 	// LocalRestartBackoff is how long a failed local agent stays down before
 	// it is started again (default 30s).
 	LocalRestartBackoff time.Duration
-	// WorkspaceWorkers and UpdateWorkers are the controllers' concurrency.
+	// WorkspaceWorkers, UpdateWorkers and StackWorkers are the controllers'
+	// concurrency.
 	WorkspaceWorkers int
 	UpdateWorkers    int
+	StackWorkers     int
 }
 
 // Scheme has the Kubernetes and Stackflow types.
@@ -85,6 +87,11 @@ func Setup(mgr ctrl.Manager, opts Options) (*agentclient.Pool, error) {
 		Runtime: rt, Agents: pool, Workers: opts.WorkspaceWorkers,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workspace controller: %w", err)
+	}
+	if err := (&controller.StackReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up stack controller: %w", err)
 	}
 	if err := (&controller.UpdateReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("update-controller"),

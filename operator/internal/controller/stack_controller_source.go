@@ -1,0 +1,217 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
+	"github.com/stackflow-io/stackflow/operator/internal/stack"
+)
+
+// sourceError: the program source, or an object the Stack refers to, is
+// missing or unreadable. The Stack stalls with the message (which names what
+// is missing, never a secret value) and looks again later.
+type sourceError struct{ msg string }
+
+func (e *sourceError) Error() string { return e.msg }
+
+func sourceErrorf(format string, args ...any) error {
+	return &sourceError{msg: fmt.Sprintf(format, args...)}
+}
+
+// resolveSource finds the revision to deploy: a branch head, a pinned commit,
+// a Program's artifact or a Flux source's artifact.
+func (r *StackReconciler) resolveSource(ctx context.Context, s *pulumiv1.Stack) (stack.Source, error) {
+	switch {
+	case s.Spec.GitSource != nil && s.Spec.ProjectRepo != "":
+		commit := s.Spec.Commit
+		if s.Spec.Branch != "" {
+			auth, err := r.gitCredentials(ctx, s)
+			if err != nil {
+				return stack.Source{}, err
+			}
+			commit, err = r.Resolve(ctx, s.Spec.ProjectRepo, s.Spec.Branch, auth)
+			if err != nil {
+				return stack.Source{}, sourceErrorf("resolve branch %s of %s: %v", s.Spec.Branch, s.Spec.ProjectRepo, err)
+			}
+		}
+		return r.gitSource(ctx, s, commit)
+	case s.Spec.ProgramRef != nil:
+		var p pulumiv1.Program
+		if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ProgramRef.Name}, &p); err != nil {
+			if apierrors.IsNotFound(err) {
+				return stack.Source{}, sourceErrorf("program %s not found", s.Spec.ProgramRef.Name)
+			}
+			return stack.Source{}, err
+		}
+		a := p.Status.Artifact
+		if a == nil || p.Status.ObservedGeneration != p.Generation {
+			return stack.Source{}, sourceErrorf("program %s has no artifact for its current generation yet", p.Name)
+		}
+		return stack.Source{ArtifactURL: a.URL, Digest: a.Digest, Revision: a.Revision}, nil
+	case s.Spec.FluxSource != nil:
+		return r.fluxSource(ctx, s)
+	}
+	// No source field: the program is in the workspace image
+	// (workspaceTemplate.spec.local); stack.Workspace checks that.
+	return stack.Source{}, nil
+}
+
+func (r *StackReconciler) gitSource(ctx context.Context, s *pulumiv1.Stack, commit string) (stack.Source, error) {
+	auth, err := stack.GitAuth(s)
+	if err != nil {
+		return stack.Source{}, err
+	}
+	if auth == nil && s.Spec.GitAuthSecret != "" {
+		if auth, err = r.legacyGitAuth(ctx, s); err != nil {
+			return stack.Source{}, err
+		}
+	}
+	return stack.Source{GitURL: s.Spec.ProjectRepo, Commit: commit, Dir: s.Spec.RepoDir, Shallow: s.Spec.Shallow, GitAuth: auth, Revision: commit}, nil
+}
+
+// legacyGitAuth maps the deprecated gitAuthSecret (keys accessToken, or
+// username and password, or sshPrivateKey with optional password).
+func (r *StackReconciler) legacyGitAuth(ctx context.Context, s *pulumiv1.Stack) (*autov1alpha1.GitAuth, error) {
+	sec, err := r.secret(ctx, s.Namespace, s.Spec.GitAuthSecret)
+	if err != nil {
+		return nil, err
+	}
+	sel := func(key string) *corev1.SecretKeySelector {
+		if _, ok := sec.Data[key]; !ok {
+			return nil
+		}
+		return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: sec.Name}, Key: key}
+	}
+	a := &autov1alpha1.GitAuth{Token: sel("accessToken"), Username: sel("username"), Password: sel("password"), SSHPrivateKey: sel("sshPrivateKey")}
+	if a.Token == nil && a.Username == nil && a.SSHPrivateKey == nil {
+		return nil, sourceErrorf("gitAuthSecret %s has none of the keys accessToken, username/password, sshPrivateKey", sec.Name)
+	}
+	return a, nil
+}
+
+// gitCredentials reads the git credentials the operator needs to resolve a
+// branch.
+func (r *StackReconciler) gitCredentials(ctx context.Context, s *pulumiv1.Stack) (gitresolve.Auth, error) {
+	ga, err := stack.GitAuth(s)
+	if err != nil {
+		return gitresolve.Auth{}, err
+	}
+	if ga == nil && s.Spec.GitAuthSecret != "" {
+		if ga, err = r.legacyGitAuth(ctx, s); err != nil {
+			return gitresolve.Auth{}, err
+		}
+	}
+	if ga == nil {
+		return gitresolve.Auth{}, nil
+	}
+	read := func(sel *corev1.SecretKeySelector) (string, error) {
+		if sel == nil {
+			return "", nil
+		}
+		return r.secretKey(ctx, s.Namespace, sel.Name, sel.Key)
+	}
+	var a gitresolve.Auth
+	for _, f := range []struct {
+		dst *string
+		sel *corev1.SecretKeySelector
+	}{{&a.Token, ga.Token}, {&a.Username, ga.Username}, {&a.Password, ga.Password}, {&a.SSHPrivateKey, ga.SSHPrivateKey}} {
+		if *f.dst, err = read(f.sel); err != nil {
+			return gitresolve.Auth{}, err
+		}
+	}
+	return a, nil
+}
+
+// fluxSource reads a Flux source object's artifact.
+func (r *StackReconciler) fluxSource(ctx context.Context, s *pulumiv1.Stack) (stack.Source, error) {
+	ref := s.Spec.FluxSource.SourceRef
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return stack.Source{}, &stack.SpecError{Msg: fmt.Sprintf("fluxSource.sourceRef.apiVersion %q: %v", ref.APIVersion, err)}
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gv.WithKind(ref.Kind))
+	if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, obj); err != nil {
+		return stack.Source{}, sourceErrorf("flux source %s %s: %v", ref.Kind, ref.Name, err)
+	}
+	url, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "url")
+	digest, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest")
+	rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision")
+	if url == "" || digest == "" {
+		return stack.Source{}, sourceErrorf("flux source %s %s has no artifact yet", ref.Kind, ref.Name)
+	}
+	return stack.Source{ArtifactURL: url, Digest: digest, Dir: s.Spec.FluxSource.Dir, Revision: rev}, nil
+}
+
+// readInputs reads configRef values and checks that every Secret the Stack
+// refers to exists with its key, so a missing one stalls the Stack with its
+// name instead of failing later in the workspace.
+func (r *StackReconciler) readInputs(ctx context.Context, s *pulumiv1.Stack, src stack.Source) (stack.Inputs, error) {
+	in := stack.Inputs{Source: src, ConfigMapValues: map[string]string{}}
+	for key, ref := range s.Spec.ConfigRef {
+		var cm corev1.ConfigMap
+		if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, &cm); err != nil {
+			if apierrors.IsNotFound(err) {
+				return in, sourceErrorf("configRef %s: configmap %s not found", key, ref.Name)
+			}
+			return in, err
+		}
+		v, ok := cm.Data[ref.Key]
+		if !ok {
+			return in, sourceErrorf("configRef %s: configmap %s has no key %s", key, ref.Name, ref.Key)
+		}
+		in.ConfigMapValues[key] = v
+	}
+	check := func(what string, ref pulumiv1.ResourceRef) error {
+		if ref.SelectorType != pulumiv1.ResourceSelectorSecret || ref.SecretRef == nil {
+			return nil
+		}
+		if _, err := r.secretKey(ctx, s.Namespace, ref.SecretRef.Name, ref.SecretRef.Key); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	for key, ref := range s.Spec.SecretRefs {
+		if err := check("secretsRef "+key, ref); err != nil {
+			return in, err
+		}
+	}
+	for name, ref := range s.Spec.EnvRefs {
+		if err := check("envRefs "+name, ref); err != nil {
+			return in, err
+		}
+	}
+	return in, nil
+}
+
+func (r *StackReconciler) secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	var sec corev1.Secret
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, sourceErrorf("secret %s not found", name)
+		}
+		return nil, err
+	}
+	return &sec, nil
+}
+
+func (r *StackReconciler) secretKey(ctx context.Context, ns, name, key string) (string, error) {
+	sec, err := r.secret(ctx, ns, name)
+	if err != nil {
+		return "", err
+	}
+	v, ok := sec.Data[key]
+	if !ok {
+		return "", sourceErrorf("secret %s has no key %s", name, key)
+	}
+	return string(v), nil
+}

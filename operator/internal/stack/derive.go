@@ -1,0 +1,351 @@
+package stack
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+)
+
+// StackNameLabel marks the Workspace and Updates of a Stack.
+const StackNameLabel = "pulumi.com/stack-name"
+
+// SpecError is a spec the operator cannot act on as written: the Stack stalls
+// until it changes.
+type SpecError struct{ Msg string }
+
+func (e *SpecError) Error() string { return e.Msg }
+
+func specErrorf(format string, args ...any) error {
+	return &SpecError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Source is a resolved program source.
+type Source struct {
+	// Git: repository, commit, directory, credentials.
+	GitURL  string
+	Commit  string
+	Dir     string
+	Shallow bool
+	GitAuth *autov1alpha1.GitAuth
+	// Artifact: a tarball URL and digest (Program or Flux source).
+	ArtifactURL string
+	Digest      string
+	// Revision identifies what is deployed: the commit, or the artifact's
+	// revision.
+	Revision string
+}
+
+// Inputs are the values the controller read from the cluster for a Stack.
+type Inputs struct {
+	Source Source
+	// ConfigMapValues holds each configRef's value, keyed by config key.
+	ConfigMapValues map[string]string
+}
+
+var envNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_]`)
+
+// secretEnvName is the workspace variable carrying a secretsRef value.
+func secretEnvName(key string) string {
+	return "STACKFLOW_SECRET_" + strings.ToUpper(envNameUnsafe.ReplaceAllString(key, "_"))
+}
+
+// Config turns the Stack's config, configRef, secretsRef and deprecated secrets
+// into workspace config items, and the environment they need. Secret values
+// never enter the Workspace: Secret references become secretKeyRef variables.
+func Config(s *pulumiv1.Stack, in Inputs) ([]autov1alpha1.ConfigItem, []corev1.EnvVar, error) {
+	var items []autov1alpha1.ConfigItem
+	var env []corev1.EnvVar
+	t := true
+	for _, k := range sortedKeys(s.Spec.Config) {
+		v := s.Spec.Config[k]
+		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: &apiextensionsv1.JSON{Raw: v.Raw}})
+	}
+	for _, k := range sortedKeys(s.Spec.ConfigRef) {
+		ref := s.Spec.ConfigRef[k]
+		raw, ok := in.ConfigMapValues[k]
+		if !ok {
+			return nil, nil, fmt.Errorf("config %s: configmap %s key %s not read", k, ref.Name, ref.Key)
+		}
+		val := raw
+		if ref.JSON != nil && *ref.JSON {
+			if !json.Valid([]byte(raw)) {
+				return nil, nil, specErrorf("config %s: configmap %s key %s is not valid JSON (json: true)", k, ref.Name, ref.Key)
+			}
+		} else {
+			b, _ := json.Marshal(raw)
+			val = string(b)
+		}
+		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: &apiextensionsv1.JSON{Raw: []byte(val)}})
+	}
+	for _, k := range sortedKeys(s.Spec.SecretRefs) {
+		ref := s.Spec.SecretRefs[k]
+		item := autov1alpha1.ConfigItem{Key: k, Secret: &t}
+		switch ref.SelectorType {
+		case pulumiv1.ResourceSelectorSecret:
+			name := secretEnvName(k)
+			env = append(env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: ref.SecretRef.Name}, Key: ref.SecretRef.Key}}})
+			item.ValueFrom = &autov1alpha1.ConfigValueFrom{Env: name}
+		case pulumiv1.ResourceSelectorLiteral:
+			b, _ := json.Marshal(ref.LiteralRef.Value)
+			item.Value = &apiextensionsv1.JSON{Raw: b}
+		case pulumiv1.ResourceSelectorEnv:
+			item.ValueFrom = &autov1alpha1.ConfigValueFrom{Env: ref.Env.Name}
+		case pulumiv1.ResourceSelectorFS:
+			item.ValueFrom = &autov1alpha1.ConfigValueFrom{Path: ref.FileSystem.Path}
+		default:
+			return nil, nil, specErrorf("secretsRef %s: unknown type %q", k, ref.SelectorType)
+		}
+		items = append(items, item)
+	}
+	for _, k := range sortedKeys(s.Spec.Secrets) {
+		b, _ := json.Marshal(s.Spec.Secrets[k])
+		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: &apiextensionsv1.JSON{Raw: b}, Secret: &t})
+	}
+	return items, env, nil
+}
+
+// Env turns envRefs, backend and the deprecated accessTokenSecret, envs and
+// envSecrets into workspace environment.
+func Env(s *pulumiv1.Stack) ([]corev1.EnvVar, []corev1.EnvFromSource, error) {
+	var env []corev1.EnvVar
+	var from []corev1.EnvFromSource
+	if s.Spec.Backend != "" {
+		env = append(env, corev1.EnvVar{Name: "PULUMI_BACKEND_URL", Value: s.Spec.Backend})
+	}
+	if s.Spec.AccessTokenSecret != "" {
+		env = append(env, secretEnv("PULUMI_ACCESS_TOKEN", s.Spec.AccessTokenSecret, "accessToken"))
+	}
+	for _, name := range sortedKeys(s.Spec.EnvRefs) {
+		ref := s.Spec.EnvRefs[name]
+		switch ref.SelectorType {
+		case pulumiv1.ResourceSelectorSecret:
+			env = append(env, secretEnv(name, ref.SecretRef.Name, ref.SecretRef.Key))
+		case pulumiv1.ResourceSelectorLiteral:
+			env = append(env, corev1.EnvVar{Name: name, Value: ref.LiteralRef.Value})
+		case pulumiv1.ResourceSelectorEnv:
+			// Kubernetes expands $(VAR) from the workspace's own environment.
+			env = append(env, corev1.EnvVar{Name: name, Value: "$(" + ref.Env.Name + ")"})
+		default:
+			return nil, nil, specErrorf("envRefs %s: type %s is not supported; use Secret, Literal or Env (mount files through workspaceTemplate)", name, ref.SelectorType)
+		}
+	}
+	for _, cm := range s.Spec.Envs {
+		from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}})
+	}
+	for _, sec := range s.Spec.SecretEnvs {
+		from = append(from, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: sec}}})
+	}
+	return env, from, nil
+}
+
+func secretEnv(name, secret, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}
+}
+
+// GitAuth maps spec.gitAuth to workspace credentials (Secret references only).
+func GitAuth(s *pulumiv1.Stack) (*autov1alpha1.GitAuth, error) {
+	if s.Spec.GitSource == nil || s.Spec.GitAuth == nil {
+		return nil, nil
+	}
+	sel := func(what string, r *pulumiv1.ResourceRef) (*corev1.SecretKeySelector, error) {
+		if r == nil {
+			return nil, nil
+		}
+		if r.SelectorType != pulumiv1.ResourceSelectorSecret || r.SecretRef == nil {
+			return nil, specErrorf("gitAuth %s: only type Secret is supported, got %s", what, r.SelectorType)
+		}
+		return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.SecretRef.Name}, Key: r.SecretRef.Key}, nil
+	}
+	ga := s.Spec.GitAuth
+	out := &autov1alpha1.GitAuth{}
+	var err error
+	if out.Token, err = sel("accessToken", ga.PersonalAccessToken); err != nil {
+		return nil, err
+	}
+	if ga.BasicAuth != nil {
+		if out.Username, err = sel("basicAuth.userName", &ga.BasicAuth.UserName); err != nil {
+			return nil, err
+		}
+		if out.Password, err = sel("basicAuth.password", &ga.BasicAuth.Password); err != nil {
+			return nil, err
+		}
+	}
+	if ga.SSHAuth != nil {
+		if out.SSHPrivateKey, err = sel("sshAuth.sshPrivateKey", &ga.SSHAuth.SSHPrivateKey); err != nil {
+			return nil, err
+		}
+		if out.Password, err = sel("sshAuth.password", ga.SSHAuth.Password); err != nil {
+			return nil, err
+		}
+	}
+	if ga.GitHubApp != nil {
+		app := &autov1alpha1.GitHubAppAuth{}
+		if app.AppID, err = sel("githubApp.appID", &ga.GitHubApp.AppID); err != nil {
+			return nil, err
+		}
+		if app.InstallationID, err = sel("githubApp.installationID", &ga.GitHubApp.InstallationID); err != nil {
+			return nil, err
+		}
+		if app.PrivateKey, err = sel("githubApp.privateKey", &ga.GitHubApp.PrivateKey); err != nil {
+			return nil, err
+		}
+		out.GitHubApp = app
+	}
+	return out, nil
+}
+
+// Workspace derives the Stack's Workspace: source, stack configuration,
+// environment, service account, then workspaceTemplate merged over it
+// (strategic merge patch).
+func Workspace(s *pulumiv1.Stack, in Inputs) (*autov1alpha1.Workspace, error) {
+	cfg, cfgEnv, err := Config(s, in)
+	if err != nil {
+		return nil, err
+	}
+	env, from, err := Env(s)
+	if err != nil {
+		return nil, err
+	}
+	create := !s.Spec.UseLocalStackOnly
+	ws := &autov1alpha1.Workspace{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, Labels: map[string]string{StackNameLabel: s.Name}},
+		Spec: autov1alpha1.WorkspaceSpec{
+			ServiceAccountName: s.Spec.ServiceAccountName,
+			Env:                append(env, cfgEnv...),
+			EnvFrom:            from,
+			Stacks: []autov1alpha1.WorkspaceStack{{
+				Name: s.Spec.Stack, Create: &create, Config: cfg, Environment: s.Spec.Environment,
+			}},
+		},
+	}
+	if s.Spec.SecretsProvider != "" {
+		sp := s.Spec.SecretsProvider
+		ws.Spec.Stacks[0].SecretsProvider = &sp
+	}
+	src := in.Source
+	switch {
+	case src.GitURL != "":
+		ws.Spec.Git = &autov1alpha1.GitSource{URL: src.GitURL, Ref: src.Commit, Dir: src.Dir, Shallow: src.Shallow, Auth: src.GitAuth}
+	case src.ArtifactURL != "":
+		ws.Spec.Flux = &autov1alpha1.FluxSource{Url: src.ArtifactURL, Digest: src.Digest, Dir: src.Dir}
+	}
+	if t := s.Spec.WorkspaceTemplate; t != nil {
+		for k, v := range t.Metadata.Labels {
+			ws.Labels[k] = v
+		}
+		if len(t.Metadata.Annotations) > 0 {
+			ws.Annotations = map[string]string{}
+			for k, v := range t.Metadata.Annotations {
+				ws.Annotations[k] = v
+			}
+		}
+		if t.Spec != nil {
+			merged, err := mergeSpec(ws.Spec, t.Spec, autov1alpha1.WorkspaceSpec{})
+			if err != nil {
+				return nil, specErrorf("workspaceTemplate: %v", err)
+			}
+			ws.Spec = merged
+		}
+	}
+	if ws.Spec.Git == nil && ws.Spec.Flux == nil && ws.Spec.Local == nil {
+		return nil, specErrorf("no program source: set spec.projectRepo, spec.programRef or spec.fluxSource, or spec.workspaceTemplate.spec.local for a program in the image")
+	}
+	return ws, nil
+}
+
+// UpdateName is deterministic for one decision, so a reconcile that created an
+// Update but failed to record it finds it again instead of starting another.
+func UpdateName(s *pulumiv1.Stack, typ autov1alpha1.UpdateType, revision string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s|%d|%s|%s|%s", typ, s.Generation, revision, s.Annotations[pulumiv1.ReconcileRequestAnnotation], s.UID)
+	if lu := s.Status.LastUpdate; lu != nil {
+		fmt.Fprintf(h, "|%s|%d|%s", lu.Name, lu.Failures, lu.LastResyncTime.UTC().Format("20060102150405"))
+	}
+	return fmt.Sprintf("%s-%s", s.Name, hex.EncodeToString(h.Sum(nil))[:8])
+}
+
+// Update derives an Update of the Stack, with updateTemplate merged over it.
+func Update(s *pulumiv1.Stack, typ autov1alpha1.UpdateType, revision, message string) (*autov1alpha1.Update, error) {
+	u := &autov1alpha1.Update{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: UpdateName(s, typ, revision), Labels: map[string]string{StackNameLabel: s.Name}},
+		Spec: autov1alpha1.UpdateSpec{
+			WorkspaceName: s.Name, StackName: s.Spec.Stack, Type: typ, Message: &message,
+		},
+	}
+	if typ != autov1alpha1.DestroyType {
+		u.Spec.Target = s.Spec.Targets
+		if s.Spec.TargetDependents {
+			u.Spec.TargetDependents = &s.Spec.TargetDependents
+		}
+	}
+	if s.Spec.Refresh {
+		u.Spec.Refresh = &s.Spec.Refresh
+	}
+	if s.Spec.RunProgram {
+		u.Spec.RunProgram = &s.Spec.RunProgram
+	}
+	if t := s.Spec.UpdateTemplate; t != nil {
+		for k, v := range t.Metadata.Labels {
+			u.Labels[k] = v
+		}
+		if len(t.Metadata.Annotations) > 0 {
+			u.Annotations = map[string]string{}
+			for k, v := range t.Metadata.Annotations {
+				u.Annotations[k] = v
+			}
+		}
+		if t.Spec != nil {
+			merged, err := mergeSpec(u.Spec, t.Spec, autov1alpha1.UpdateSpec{})
+			if err != nil {
+				return nil, specErrorf("updateTemplate: %v", err)
+			}
+			// The template cannot retarget the update.
+			merged.WorkspaceName, merged.StackName, merged.Type = u.Spec.WorkspaceName, u.Spec.StackName, u.Spec.Type
+			u.Spec = merged
+		}
+	}
+	return u, nil
+}
+
+// mergeSpec applies patch over base as a strategic merge patch using schema's
+// patch strategies.
+func mergeSpec[T any](base T, patch *T, schema T) (T, error) {
+	var out T
+	orig, err := json.Marshal(base)
+	if err != nil {
+		return out, err
+	}
+	p, err := json.Marshal(patch)
+	if err != nil {
+		return out, err
+	}
+	merged, err := strategicpatch.StrategicMergePatch(orig, p, schema)
+	if err != nil {
+		return out, err
+	}
+	err = json.Unmarshal(merged, &out)
+	return out, err
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
