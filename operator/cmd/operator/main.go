@@ -34,6 +34,7 @@ func main() {
 	flag.DurationVar(&opts.LocalRestartBackoff, "local-restart-backoff", 30*time.Second, "how long a failed local agent stays down before it is restarted")
 	flag.StringVar(&agentEnv, "agent-env", "", "comma-separated KEY=VALUE environment for local agents")
 	flag.IntVar(&opts.WorkspaceWorkers, "workspace-workers", 4, "concurrent Workspace reconciles")
+	flag.DurationVar(&opts.StackResyncOverride, "stack-resync-override", 0, "replace every Stack's resync interval (for tests and local demos; the API's minimum is 60s)")
 	flag.IntVar(&opts.StackWorkers, "stack-workers", 4, "concurrent Stack reconciles")
 	flag.IntVar(&opts.UpdateWorkers, "update-workers", 4, "concurrent Update reconciles (operations in flight are not limited by it)")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "metrics address (0 disables)")

@@ -55,6 +55,9 @@ type StackReconciler struct {
 	Now func() time.Time
 	// Workers is the controller's concurrency.
 	Workers int
+	// ResyncOverride, when set, replaces every Stack's resync interval (the
+	// CRD's minimum is 60 s): for tests and local demos only.
+	ResyncOverride time.Duration
 
 	// conflictUntil delays the retry of an update that met a concurrent
 	// update: conflicts are retried, not counted as failures.
@@ -177,7 +180,11 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, s *pulumiv1.Sta
 	switch d.Action {
 	case stack.UpToDate:
 		markReady(s)
-		return r.reclaimWorkspace(ctx, s, d.RequeueAfter)
+		requeue := d.RequeueAfter
+		if r.ResyncOverride > 0 && requeue > 0 {
+			requeue = r.ResyncOverride
+		}
+		return r.reclaimWorkspace(ctx, s, requeue)
 	case stack.Stall:
 		markStalled(s, pulumiv1.StalledUpdateFailedReason, d.Reason)
 		return ctrl.Result{}, nil

@@ -50,6 +50,9 @@ type Options struct {
 	WorkspaceWorkers int
 	UpdateWorkers    int
 	StackWorkers     int
+	// StackResyncOverride replaces every Stack's resync interval (tests and
+	// local demos; the CRD's minimum is 60 s).
+	StackResyncOverride time.Duration
 }
 
 // Scheme has the Kubernetes and Stackflow types.
@@ -90,6 +93,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*agentclient.Pool, error) {
 	}
 	if err := (&controller.StackReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
+		ResyncOverride: opts.StackResyncOverride,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)
 	}

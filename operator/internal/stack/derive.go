@@ -69,8 +69,7 @@ func Config(s *pulumiv1.Stack, in Inputs) ([]autov1alpha1.ConfigItem, []corev1.E
 	var env []corev1.EnvVar
 	t := true
 	for _, k := range sortedKeys(s.Spec.Config) {
-		v := s.Spec.Config[k]
-		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: &apiextensionsv1.JSON{Raw: v.Raw}})
+		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: canonicalJSON(s.Spec.Config[k].Raw)})
 	}
 	for _, k := range sortedKeys(s.Spec.ConfigRef) {
 		ref := s.Spec.ConfigRef[k]
@@ -78,16 +77,16 @@ func Config(s *pulumiv1.Stack, in Inputs) ([]autov1alpha1.ConfigItem, []corev1.E
 		if !ok {
 			return nil, nil, fmt.Errorf("config %s: configmap %s key %s not read", k, ref.Name, ref.Key)
 		}
-		val := raw
+		var val any = raw
 		if ref.JSON != nil && *ref.JSON {
-			if !json.Valid([]byte(raw)) {
+			if err := json.Unmarshal([]byte(raw), &val); err != nil {
 				return nil, nil, specErrorf("config %s: configmap %s key %s is not valid JSON (json: true)", k, ref.Name, ref.Key)
 			}
-		} else {
-			b, _ := json.Marshal(raw)
-			val = string(b)
 		}
-		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: &apiextensionsv1.JSON{Raw: []byte(val)}})
+		// Canonical JSON (compact, sorted keys), as the API server stores it, so
+		// an unchanged Workspace compares equal.
+		b, _ := json.Marshal(val)
+		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: &apiextensionsv1.JSON{Raw: b}})
 	}
 	for _, k := range sortedKeys(s.Spec.SecretRefs) {
 		ref := s.Spec.SecretRefs[k]
@@ -348,4 +347,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// canonicalJSON re-encodes a JSON value compactly with sorted keys.
+func canonicalJSON(raw []byte) *apiextensionsv1.JSON {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return &apiextensionsv1.JSON{Raw: raw}
+	}
+	b, _ := json.Marshal(v)
+	return &apiextensionsv1.JSON{Raw: b}
 }

@@ -119,3 +119,8 @@ func reason(u *autov1alpha1.Update) string {
 	}
 	return ""
 }
+
+// autoUpdateList wraps the Update list type for listing in tests.
+type autoUpdateList struct {
+	autov1alpha1.UpdateList
+}

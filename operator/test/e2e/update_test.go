@@ -35,12 +35,18 @@ func agentPID(t testing.TB, e *env, ws string) int {
 // history reads the stack's update history from the backend.
 func history(t testing.TB, e *env, repo *gitrepo.Repo) []auto.UpdateSummary {
 	t.Helper()
+	return stackHistory(t, e, repo, "dev")
+}
+
+// stackHistory reads a named stack's update history from the backend.
+func stackHistory(t testing.TB, e *env, repo *gitrepo.Repo, name string) []auto.UpdateSummary {
+	t.Helper()
 	ctx := context.Background()
 	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(repo.Work), auto.Pulumi(e.pe.Command(t)), auto.EnvVars(e.pe.EnvVars()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := auto.SelectStack(ctx, "dev", ws)
+	st, err := auto.SelectStack(ctx, name, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
