@@ -1,8 +1,11 @@
-// Package controller holds the operator's reconcilers, one per kind: Workspace
-// (runs the workspace agent through a runtime and applies stack configuration
-// through it) and Update (starts an operation in a workspace and follows it
-// without holding a worker).
+// Package controller holds the operator's reconcilers, one per kind: Stack
+// (derives a Workspace and runs Updates following package stack's decisions),
+// Program (publishes each generation as an artifact), Workspace (runs the
+// workspace agent through a runtime and applies stack configuration through
+// it) and Update (starts an operation in a workspace and follows it without
+// holding a worker).
 //
-// It imports the operator API, the agent API and client, the workspace runtimes
-// and controller-runtime.
+// It imports the operator API, the agent API and client, the workspace
+// runtimes, the artifact store, git resolution, the stack policies and
+// controller-runtime.
 package controller

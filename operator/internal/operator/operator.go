@@ -7,17 +7,22 @@
 package operator
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	pulumiv1alpha1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
+	"github.com/stackflow-io/stackflow/operator/internal/artifact"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
@@ -50,6 +55,17 @@ type Options struct {
 	WorkspaceWorkers int
 	UpdateWorkers    int
 	StackWorkers     int
+	// ArtifactDir holds the Program artifacts (default: a new temporary
+	// directory). It need not persist: at start the Program controller
+	// publishes every Program again, at the same digests.
+	ArtifactDir string
+	// ArtifactAddr is the artifact server's listen address (default
+	// "127.0.0.1:0", a free loopback port).
+	ArtifactAddr string
+	// ArtifactBaseURL is where workspaces download artifacts from, such as
+	// "http://stackflow-operator.stackflow-system.svc:9090" in a cluster
+	// (default: http://127.0.0.1:<port of ArtifactAddr>, for the local runtime).
+	ArtifactBaseURL string
 	// StackResyncOverride replaces every Stack's resync interval (tests and
 	// local demos; the CRD's minimum is 60 s).
 	StackResyncOverride time.Duration
@@ -103,5 +119,47 @@ func Setup(mgr ctrl.Manager, opts Options) (*agentclient.Pool, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up update controller: %w", err)
 	}
+	if err := setupPrograms(mgr, opts); err != nil {
+		return nil, err
+	}
 	return pool, nil
+}
+
+// setupPrograms registers the Program controller and its artifact server. The
+// port is bound now (a busy address fails Setup, and ":0" gets its port before
+// the base URL is derived); the server runs with the manager, on the leader
+// only, since only the leader's directory holds the artifacts.
+func setupPrograms(mgr ctrl.Manager, opts Options) error {
+	dir := opts.ArtifactDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "stackflow-artifacts-")
+		if err != nil {
+			return fmt.Errorf("artifact directory: %w", err)
+		}
+		dir = d
+	}
+	addr := opts.ArtifactAddr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("artifact server: %w", err)
+	}
+	base := opts.ArtifactBaseURL
+	if base == "" {
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		base = "http://127.0.0.1:" + port
+	}
+	store := &artifact.Store{Dir: dir, BaseURL: base}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return store.Serve(ctx, l) })); err != nil {
+		l.Close()
+		return fmt.Errorf("add artifact server: %w", err)
+	}
+	if err := (&controller.ProgramReconciler{
+		Client: mgr.GetClient(), Store: store, Recorder: mgr.GetEventRecorderFor("program-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up program controller: %w", err)
+	}
+	return nil
 }

@@ -69,6 +69,7 @@ func newEnv(t testing.TB) *env {
 	return &env{ns: cp.Namespace(t), pe: pe, opts: operator.Options{
 		Runtime: operator.RuntimeLocal, LocalRoot: t.TempDir(), AgentBinary: filepath.Join(bin, "agent"),
 		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 2, UpdateWorkers: 2,
+		ArtifactDir: t.TempDir(),
 	}}
 }
 

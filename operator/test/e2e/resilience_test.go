@@ -119,7 +119,7 @@ func startOperatorProcess(t testing.TB, e *env, kubeconfig string) *operatorProc
 		"--kubeconfig="+kubeconfig, "--workspace-runtime=local", "--local-root="+e.opts.LocalRoot,
 		"--agent-binary="+e.opts.AgentBinary, "--pulumi-root="+e.opts.PulumiRoot,
 		"--agent-env="+strings.Join(env, ","), "--local-restart-backoff=1s",
-		"--metrics-bind-address=0", "--health-probe-bind-address=0")
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--artifact-addr=127.0.0.1:0")
 	logf, err := os.OpenFile(filepath.Join(e.opts.LocalRoot, "operator.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)

@@ -339,3 +339,51 @@ func TestStackDestroyOnFinalize(t *testing.T) {
 		t.Fatal("destroyOnFinalize left the record")
 	}
 }
+
+// TestStackFromProgram: a Stack referring to a Program deploys the Program's
+// artifact, and editing the Program redeploys.
+func TestStackFromProgram(t *testing.T) {
+	e, _ := stackEnv(t)
+	ctx := context.Background()
+	program := func(content string) pulumiv1.ProgramSpec {
+		raw := func(v any) pulumiv1.Expression { b, _ := json.Marshal(v); return pulumiv1.Expression{Raw: b} }
+		return pulumiv1.ProgramSpec{
+			Resources: map[string]pulumiv1.Resource{"rec": {Type: "stackflowtest:index:Record",
+				Properties: map[string]pulumiv1.Expression{"name": raw("from-program"), "content": raw(content)}}},
+			Outputs: map[string]pulumiv1.Expression{"content": raw("${rec.content}")},
+		}
+	}
+	p := &pulumiv1.Program{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "prog"}, Program: program("first")}
+	if err := cp.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(e.ns, "from-program", pulumiv1.StackSpec{Stack: "from-program", ProgramRef: &pulumiv1.ProgramReference{Name: "prog"}})
+	if err := cp.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	ready := func(s *pulumiv1.Stack) bool {
+		c := condition(s, pulumiv1.ReadyCondition)
+		return c != nil && c.Status == metav1.ConditionTrue && s.Status.LastUpdate != nil && s.Status.LastUpdate.LastSuccessfulCommit != ""
+	}
+	waitStack(t, s, 3*time.Minute, "ready", ready)
+	first := s.Status.LastUpdate.LastSuccessfulCommit
+	if got, _ := e.pe.Record(t, "from-program"); got != "first" {
+		t.Fatalf("record = %q", got)
+	}
+	if err := get(t, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Program = program("second")
+	if err := cp.Client.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, s, 3*time.Minute, "redeployed", func(s *pulumiv1.Stack) bool {
+		return ready(s) && s.Status.LastUpdate.LastSuccessfulCommit != first
+	})
+	if got, _ := e.pe.Record(t, "from-program"); got != "second" {
+		t.Fatalf("record after editing the Program = %q", got)
+	}
+	if !strings.HasPrefix(s.Status.LastUpdate.LastSuccessfulCommit, "2/sha256:") {
+		t.Fatalf("revision = %q, want generation 2's digest", s.Status.LastUpdate.LastSuccessfulCommit)
+	}
+}
