@@ -49,3 +49,7 @@ build: ## Build every package (and the pinned future dependencies) and vet it
 test: substrate tools build ## Obtain the substrate, then run the whole test suite
 	$(MAKE) verify-generate
 	eval "$$($(SUBSTRATE) env)" && go test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+
+.PHONY: run
+run: substrate ## Run Stackflow locally: control plane, operator (local runtime), file backend, a sample Stack
+	go run ./operator/cmd/stackflow-dev $(RUN_ARGS)

@@ -16,6 +16,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -66,8 +67,12 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	pe := substrate.NewPulumi(t)
+	root := t.TempDir()
+	// Registered before any operator starts, so it runs after they stop:
+	// local agents outlive their operator by design.
+	t.Cleanup(func() { local.StopAll(root) })
 	return &env{ns: cp.Namespace(t), pe: pe, opts: operator.Options{
-		Runtime: operator.RuntimeLocal, LocalRoot: t.TempDir(), AgentBinary: filepath.Join(bin, "agent"),
+		Runtime: operator.RuntimeLocal, LocalRoot: root, AgentBinary: filepath.Join(bin, "agent"),
 		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 2, UpdateWorkers: 2,
 		ArtifactDir: t.TempDir(),
 	}}

@@ -46,24 +46,28 @@ func sharedHome(p Paths) (string, error) {
 			homeErr = err
 			return
 		}
-		bin := filepath.Join(dir, "build", "pulumi-resource-"+provider.Name)
-		build := exec.Command("go", "build", "-o", bin, "./operator/test/provider/cmd/pulumi-resource-"+provider.Name)
-		build.Dir = RepoRoot()
-		if out, err := build.CombinedOutput(); err != nil {
-			homeErr = fmt.Errorf("build test provider: %w\n%s", err, out)
-			return
-		}
-		home := filepath.Join(dir, "home")
-		install := exec.Command(filepath.Join(p.PulumiRoot, "bin", "pulumi"), "plugin", "install",
-			"resource", provider.Name, provider.Version, "--file", bin)
-		install.Env = append(os.Environ(), "PULUMI_HOME="+home, "PULUMI_SKIP_UPDATE_CHECK=true")
-		if out, err := install.CombinedOutput(); err != nil {
-			homeErr = fmt.Errorf("install test provider plugin: %w\n%s", err, out)
-			return
-		}
-		homeDir = home
+		homeDir, homeErr = InstallTestProvider(p, dir)
 	})
 	return homeDir, homeErr
+}
+
+// InstallTestProvider builds the test provider under dir and installs it as a
+// plugin into dir/home, which it returns for PULUMI_HOME.
+func InstallTestProvider(p Paths, dir string) (string, error) {
+	bin := filepath.Join(dir, "build", "pulumi-resource-"+provider.Name)
+	build := exec.Command("go", "build", "-o", bin, "./operator/test/provider/cmd/pulumi-resource-"+provider.Name)
+	build.Dir = RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build test provider: %w\n%s", err, out)
+	}
+	home := filepath.Join(dir, "home")
+	install := exec.Command(filepath.Join(p.PulumiRoot, "bin", "pulumi"), "plugin", "install",
+		"resource", provider.Name, provider.Version, "--file", bin)
+	install.Env = append(os.Environ(), "PULUMI_HOME="+home, "PULUMI_SKIP_UPDATE_CHECK=true")
+	if out, err := install.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("install test provider plugin: %w\n%s", err, out)
+	}
+	return home, nil
 }
 
 // NewPulumi prepares a Pulumi environment with a fresh backend and records

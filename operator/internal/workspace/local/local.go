@@ -359,3 +359,19 @@ func (r *Runtime) envFrom(ctx context.Context, ns string, from corev1.EnvFromSou
 	}
 	return out, nil
 }
+
+// StopAll stops every agent recorded under root (all workspaces of a
+// runtime), for a development run or a test that ends.
+func StopAll(root string) {
+	files, _ := filepath.Glob(filepath.Join(root, "*", "*", "agent.json"))
+	var wg sync.WaitGroup
+	for _, f := range files {
+		st, err := readState(filepath.Dir(f))
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); stop(st.PID) }()
+	}
+	wg.Wait()
+}
