@@ -39,6 +39,8 @@ const StackFinalizer = "finalizer.stack.pulumi.com"
 const (
 	prerequisiteField = "spec.prerequisites.name"
 	programRefField   = "spec.programRef.name"
+	configMapsField   = "stackflow.configmaps"
+	secretsField      = "stackflow.secrets"
 )
 
 // BranchResolver resolves a branch head; gitresolve.Branch in production.
@@ -89,6 +91,13 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	for field, names := range map[string]func(*pulumiv1.Stack) []string{configMapsField: referencedConfigMaps, secretsField: referencedSecrets} {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, field, func(o client.Object) []string {
+			return names(o.(*pulumiv1.Stack))
+		}); err != nil {
+			return err
+		}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&pulumiv1.Stack{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&autov1alpha1.Workspace{}).
@@ -98,8 +107,57 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&pulumiv1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.indexed(prerequisiteField))).
 		// A Program's new artifact wakes the Stacks that use it.
 		Watches(&pulumiv1.Program{}, handler.EnqueueRequestsFromMapFunc(r.indexed(programRefField))).
+		// A ConfigMap or Secret a Stack refers to appearing or changing wakes it:
+		// a Stack stalled on a missing reference recovers by itself.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField))).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.indexed(secretsField))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
+}
+
+// referencedConfigMaps lists the ConfigMaps a Stack reads.
+func referencedConfigMaps(s *pulumiv1.Stack) []string {
+	var names []string
+	for _, ref := range s.Spec.ConfigRef {
+		names = append(names, ref.Name)
+	}
+	return append(names, s.Spec.Envs...)
+}
+
+// referencedSecrets lists the Secrets a Stack reads.
+func referencedSecrets(s *pulumiv1.Stack) []string {
+	var names []string
+	add := func(r *pulumiv1.ResourceRef) {
+		if r != nil && r.SelectorType == pulumiv1.ResourceSelectorSecret && r.SecretRef != nil {
+			names = append(names, r.SecretRef.Name)
+		}
+	}
+	for _, r := range s.Spec.SecretRefs {
+		add(&r)
+	}
+	for _, r := range s.Spec.EnvRefs {
+		add(&r)
+	}
+	if s.Spec.GitSource != nil {
+		if ga := s.Spec.GitAuth; ga != nil {
+			add(ga.PersonalAccessToken)
+			if ga.BasicAuth != nil {
+				add(&ga.BasicAuth.UserName)
+				add(&ga.BasicAuth.Password)
+			}
+			if ga.SSHAuth != nil {
+				add(&ga.SSHAuth.SSHPrivateKey)
+				add(ga.SSHAuth.Password)
+			}
+		}
+		if s.Spec.GitAuthSecret != "" {
+			names = append(names, s.Spec.GitAuthSecret)
+		}
+	}
+	if s.Spec.AccessTokenSecret != "" {
+		names = append(names, s.Spec.AccessTokenSecret)
+	}
+	return append(names, s.Spec.SecretEnvs...)
 }
 
 // indexed maps an object to the Stacks in its namespace whose index field
@@ -122,6 +180,7 @@ func (r *StackReconciler) indexed(field string) handler.MapFunc {
 // +kubebuilder:rbac:groups=pulumi.com,resources=stacks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=pulumi.com,resources=stacks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=pulumi.com,resources=programs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces;updates,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile converges one Stack: finish the running update, resolve the
@@ -327,12 +386,17 @@ func (r *StackReconciler) stalledOrRetry(s *pulumiv1.Stack, err error, reason st
 	var srcErr *sourceError
 	switch {
 	case errors.As(err, &specErr):
-		markStalled(s, pulumiv1.StalledSpecInvalidReason, specErr.Msg)
+		markStalled(s, pulumiv1.StalledSpecInvalidReason, err.Error())
 		return ctrl.Result{}, nil
 	case errors.As(err, &srcErr):
-		markStalled(s, reason, srcErr.Error())
-		// Sources appear (a pushed branch, a created Secret): look again.
-		return ctrl.Result{RequeueAfter: time.Minute}, nil
+		markStalled(s, reason, err.Error())
+		// Referenced objects wake the Stack when they appear; a repository or
+		// branch is looked at again after a while.
+		after := time.Minute
+		if r.ResyncOverride > 0 {
+			after = r.ResyncOverride
+		}
+		return ctrl.Result{RequeueAfter: after}, nil
 	}
 	return ctrl.Result{}, err
 }
