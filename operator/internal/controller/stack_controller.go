@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -74,6 +75,7 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	registerStackStates.Do(func() { metrics.Registry.MustRegister(stackStates{reader: mgr.GetClient()}) })
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, prerequisiteField, func(o client.Object) []string {
 		var names []string
 		for _, p := range o.(*pulumiv1.Stack).Spec.Prerequisites {

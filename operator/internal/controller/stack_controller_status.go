@@ -1,14 +1,17 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -20,6 +23,39 @@ var stackFailuresTotal = prometheus.NewCounter(prometheus.CounterOpts{
 })
 
 func init() { metrics.Registry.MustRegister(stackFailuresTotal) }
+
+// stackStates reports Stacks by state from the manager's cache at each scrape.
+type stackStates struct{ reader client.Reader }
+
+var stacksDesc = prometheus.NewDesc("stackflow_stacks", "Stacks by state (ready, reconciling, stalled).", []string{"state"}, nil)
+
+func (c stackStates) Describe(ch chan<- *prometheus.Desc) { ch <- stacksDesc }
+
+func (c stackStates) Collect(ch chan<- prometheus.Metric) {
+	var list pulumiv1.StackList
+	if err := c.reader.List(context.Background(), &list); err != nil {
+		return
+	}
+	counts := map[string]float64{"ready": 0, "reconciling": 0, "stalled": 0}
+	for i := range list.Items {
+		conds := list.Items[i].Status.Conditions
+		switch {
+		case apimeta.IsStatusConditionTrue(conds, pulumiv1.StalledCondition):
+			counts["stalled"]++
+		case apimeta.IsStatusConditionTrue(conds, pulumiv1.ReadyCondition):
+			counts["ready"]++
+		default:
+			counts["reconciling"]++
+		}
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(stacksDesc, prometheus.GaugeValue, n, state)
+	}
+}
+
+// registerStackStates registers the collector once per process (tests start
+// several managers; the first one's cache serves).
+var registerStackStates sync.Once
 
 // Stack status is computed by these small functions; kstatus: Ready always,
 // Reconciling and Stalled only while true.
@@ -59,17 +95,15 @@ func (r *StackReconciler) recordEvent(before, after *pulumiv1.Stack) {
 	if a == b || a == "" {
 		return
 	}
+	// The event reason is the Ready reason; the message carries the detail.
 	ready := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReadyCondition)
-	reason, typ := ready.Reason, corev1.EventTypeNormal
+	typ := corev1.EventTypeNormal
 	if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition); c != nil {
-		reason, typ = c.Reason, corev1.EventTypeWarning
-	} else if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition); c != nil {
-		reason = c.Reason
-		if c.Reason == pulumiv1.ReconcilingRetryReason {
-			typ = corev1.EventTypeWarning
-		}
+		typ = corev1.EventTypeWarning
+	} else if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition); c != nil && c.Reason == pulumiv1.ReconcilingRetryReason {
+		typ = corev1.EventTypeWarning
 	}
-	r.Recorder.Event(after, typ, reason, ready.Message)
+	r.Recorder.Event(after, typ, ready.Reason, ready.Message)
 }
 
 func readyKey(s *pulumiv1.Stack) string {

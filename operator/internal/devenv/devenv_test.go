@@ -21,7 +21,7 @@ func TestRunSampleBecomesReady(t *testing.T) {
 	if err := Run(ctx, Options{Dir: t.TempDir(), Sample: true, UntilReady: 3 * time.Minute, Out: &out}); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"kubectl: export KUBECONFIG=", "Ready=True ProcessingCompleted", `holds "Hello from Stackflow"`} {
+	for _, want := range []string{"kubectl: export KUBECONFIG=", "sample Stack Ready at ", `holds "Hello from Stackflow"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("output lacks %q:\n%s", want, out.String())
 		}

@@ -70,13 +70,7 @@ func benchOverhead(b *testing.B, change bool) {
 		b.StopTimer()
 		setRaw(content)
 		if change {
-			if err := get(b, ws); err != nil {
-				b.Fatal(err)
-			}
-			ws.Spec.Stacks[0].Config = stackConfig("content", content, "recordName", "op")
-			if err := cp.Client.Update(ctx, ws); err != nil {
-				b.Fatal(err)
-			}
+			mutate(b, ws, func() { ws.Spec.Stacks[0].Config = stackConfig("content", content, "recordName", "op") })
 			waitWorkspaceReady(b, ws, 2*time.Minute)
 		}
 		b.StartTimer()

@@ -62,10 +62,7 @@ func TestPodRuntimeWorkspace(t *testing.T) {
 
 	// Config only: the StatefulSet is not touched.
 	gen := sts.Generation
-	ws.Spec.Stacks[0].Config = stackConfig("content", "b")
-	if err := cp.Client.Update(ctx, ws); err != nil {
-		t.Fatal(err)
-	}
+	mutate(t, ws, func() { ws.Spec.Stacks[0].Config = stackConfig("content", "b") })
 	time.Sleep(2 * time.Second) // give a wrong implementation time to roll it
 	if err := cp.Client.Get(ctx, key, &sts); err != nil {
 		t.Fatal(err)
@@ -75,13 +72,7 @@ func TestPodRuntimeWorkspace(t *testing.T) {
 	}
 
 	// Image: the pod template is replaced.
-	if err := get(t, ws); err != nil {
-		t.Fatal(err)
-	}
-	ws.Spec.Image = "registry.example.com/pulumi:custom"
-	if err := cp.Client.Update(ctx, ws); err != nil {
-		t.Fatal(err)
-	}
+	mutate(t, ws, func() { ws.Spec.Image = "registry.example.com/pulumi:custom" })
 	eventually(t, time.Minute, "the StatefulSet to take the new image", func() (bool, error) {
 		if err := cp.Client.Get(ctx, key, &sts); err != nil {
 			return false, err

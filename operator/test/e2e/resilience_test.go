@@ -204,13 +204,7 @@ func TestOperatorCrashNeverLeavesUpdatesProgressing(t *testing.T) {
 	}
 
 	// 2. Operator and agent killed mid-run: the run is gone.
-	if err := get(t, ws); err != nil {
-		t.Fatal(err)
-	}
-	ws.Spec.Stacks[0].Config = stackConfig("content", "v2", "recordName", "crash", "sleep", 12)
-	if err := cp.Client.Update(ctx, ws); err != nil {
-		t.Fatal(err)
-	}
+	mutate(t, ws, func() { ws.Spec.Stacks[0].Config = stackConfig("content", "v2", "recordName", "crash", "sleep", 12) })
 	waitWorkspaceReady(t, ws, time.Minute)
 	doomed := newUpdate(e.ns, "doomed", "crash", autov1alpha1.UpType)
 	if err := cp.Client.Create(ctx, doomed); err != nil {

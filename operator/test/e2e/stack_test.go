@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -63,6 +66,29 @@ func cfg(kv ...any) map[string]apiextensionsv1.JSON {
 
 func gitSpec(url, branch, commit string) *pulumiv1.GitSource {
 	return &pulumiv1.GitSource{ProjectRepo: url, Branch: branch, Commit: commit}
+}
+
+// mutateStack changes a Stack's spec, retrying when the operator's status
+// patches got in between.
+func mutateStack(t *testing.T, s *pulumiv1.Stack, change func(*pulumiv1.Stack)) {
+	t.Helper()
+	mutate(t, s, func() { change(s) })
+}
+
+// mutate reads obj, applies change and updates it, retrying on conflicts with
+// the operator's status patches.
+func mutate(t testing.TB, obj client.Object, change func()) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := get(t, obj); err != nil {
+			return err
+		}
+		change()
+		return cp.Client.Update(context.Background(), obj)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // stackEnv starts an operator whose Stacks re-resolve branches every second.
@@ -180,10 +206,7 @@ func TestStagedRollout(t *testing.T) {
 	}
 
 	// Turning preview off deploys the commit.
-	prod.Spec.Preview = false
-	if err := cp.Client.Update(ctx, prod); err != nil {
-		t.Fatal(err)
-	}
+	mutateStack(t, prod, func(s *pulumiv1.Stack) { s.Spec.Preview = false })
 	waitStack(t, prod, 3*time.Minute, "deployed", readyAt(sha))
 	if got, _ := e.pe.Record(t, "prod"); got != "prod-content" {
 		t.Fatalf("prod record = %q", got)
@@ -230,10 +253,7 @@ func TestStackFailureRetriesThenStalls(t *testing.T) {
 		t.Fatal("a stalled stack kept starting updates")
 	}
 
-	s.Spec.Config = cfg("recordName", "flaky", "content", "fixed")
-	if err := cp.Client.Update(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	mutateStack(t, s, func(s *pulumiv1.Stack) { s.Spec.Config = cfg("recordName", "flaky", "content", "fixed") })
 	waitStack(t, s, 2*time.Minute, "recovered", readyAt(sha))
 	if s.Status.LastUpdate.Failures != 0 || condition(s, pulumiv1.StalledCondition) != nil {
 		t.Fatalf("recovered stack status = %+v", s.Status)
@@ -274,11 +294,7 @@ func TestStackReferencesAndSecrets(t *testing.T) {
 	if err := cp.Client.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	// Nudge it rather than wait for the one-minute look-again.
-	s.Annotations = map[string]string{pulumiv1.ReconcileRequestAnnotation: "configmap-created"}
-	if err := cp.Client.Update(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	// No nudge: the ConfigMap's creation wakes the Stack.
 	waitStack(t, s, 3*time.Minute, "ready", readyAt(sha))
 	var settings map[string]any
 	if err := json.Unmarshal(s.Status.Outputs["settings"].Raw, &settings); err != nil || settings["tier"] != "gold" {
@@ -294,7 +310,19 @@ func TestStackReferencesAndSecrets(t *testing.T) {
 	var updates autoUpdateList
 	_ = cp.Client.List(ctx, &updates.UpdateList, client.InNamespace(e.ns))
 	ups, _ := json.Marshal(updates)
-	for what, text := range map[string][]byte{"stack": all, "events": evs, "updates": ups} {
+	logs, _ := filepath.Glob(filepath.Join(e.opts.LocalRoot, "*", "*", "agent.log"))
+	if len(logs) == 0 {
+		t.Fatal("no agent log to search")
+	}
+	texts := map[string][]byte{"stack": all, "events": evs, "updates": ups}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[l] = b
+	}
+	for what, text := range texts {
 		if strings.Contains(string(text), password) {
 			t.Fatalf("the secret value appears in %s", what)
 		}
@@ -370,13 +398,7 @@ func TestStackFromProgram(t *testing.T) {
 	if got, _ := e.pe.Record(t, "from-program"); got != "first" {
 		t.Fatalf("record = %q", got)
 	}
-	if err := get(t, p); err != nil {
-		t.Fatal(err)
-	}
-	p.Program = program("second")
-	if err := cp.Client.Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	mutate(t, p, func() { p.Program = program("second") })
 	waitStack(t, s, 3*time.Minute, "redeployed", func(s *pulumiv1.Stack) bool {
 		return ready(s) && s.Status.LastUpdate.LastSuccessfulCommit != first
 	})

@@ -110,13 +110,7 @@ func TestUpdatesRunOperations(t *testing.T) {
 	}
 
 	// A config-only change is applied through the agent: same process.
-	if err := get(t, ws); err != nil {
-		t.Fatal(err)
-	}
-	ws.Spec.Stacks[0].Config = stackConfig("content", "second", "recordName", "ops-record")
-	if err := cp.Client.Update(ctx, ws); err != nil {
-		t.Fatal(err)
-	}
+	mutate(t, ws, func() { ws.Spec.Stacks[0].Config = stackConfig("content", "second", "recordName", "ops-record") })
 	waitWorkspaceReady(t, ws, time.Minute)
 	if got := agentPID(t, e, "ops"); got != pid {
 		t.Fatalf("a config-only change restarted the agent (pid %d → %d)", pid, got)
