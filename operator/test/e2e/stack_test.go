@@ -204,6 +204,9 @@ func TestStagedRollout(t *testing.T) {
 	if prod.Status.LastUpdate.LastSuccessfulCommit != "" {
 		t.Fatalf("a preview recorded a successful deployment: %+v", prod.Status.LastUpdate)
 	}
+	if h := stackHistory(t, e, repo, "prod"); len(h) != 0 {
+		t.Fatalf("previews wrote %d entries to the backend history", len(h))
+	}
 
 	// Turning preview off deploys the commit.
 	mutateStack(t, prod, func(s *pulumiv1.Stack) { s.Spec.Preview = false })
@@ -407,5 +410,55 @@ func TestStackFromProgram(t *testing.T) {
 	}
 	if !strings.HasPrefix(s.Status.LastUpdate.LastSuccessfulCommit, "2/sha256:") {
 		t.Fatalf("revision = %q, want generation 2's digest", s.Status.LastUpdate.LastSuccessfulCommit)
+	}
+}
+
+// TestStackPinnedCommitAndStalePrerequisite: advancing spec.commit deploys
+// exactly that commit (the backend's history records it); a dependent whose
+// prerequisite succeeded longer ago than required asks it to re-sync and runs
+// after it.
+func TestStackPinnedCommitAndStalePrerequisite(t *testing.T) {
+	e, repo := stackEnv(t)
+	ctx := context.Background()
+	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
+	sha2 := repo.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(stackProgram, "content: ${content}", "content: v2-${content}", 1)})
+	base := newStack(e.ns, "base", pulumiv1.StackSpec{Stack: "base", GitSource: gitSpec(repo.URL(), "", sha1),
+		Config: cfg("recordName", "base", "content", "pinned")})
+	if err := cp.Client.Create(ctx, base); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, base, 3*time.Minute, "ready at the first commit", readyAt(sha1))
+	if got, _ := e.pe.Record(t, "base"); got != "pinned" {
+		t.Fatalf("record at %s = %q", sha1, got)
+	}
+	mutateStack(t, base, func(s *pulumiv1.Stack) { s.Spec.Commit = sha2 })
+	waitStack(t, base, 3*time.Minute, "ready at the advanced commit", readyAt(sha2))
+	if got, _ := e.pe.Record(t, "base"); got != "v2-pinned" {
+		t.Fatalf("record at %s = %q", sha2, got)
+	}
+	if h := stackHistory(t, e, repo, "base")[0]; h.Environment["git.head"] != sha2 {
+		t.Fatalf("backend recorded git.head %s, want %s", h.Environment["git.head"], sha2)
+	}
+
+	// base last succeeded more than 2s ago by now: the dependent asks it to
+	// re-sync and waits for it.
+	time.Sleep(3 * time.Second)
+	firstSuccess := base.Status.LastUpdate.LastResyncTime
+	dep := newStack(e.ns, "dependent", pulumiv1.StackSpec{Stack: "dependent", GitSource: gitSpec(repo.URL(), "", sha2),
+		Config:        cfg("recordName", "dependent", "content", "after-base"),
+		Prerequisites: []pulumiv1.PrerequisiteRef{{Name: "base", Requirement: &pulumiv1.RequirementSpec{SucceededWithinDuration: &metav1.Duration{Duration: 2 * time.Second}}}}})
+	if err := cp.Client.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, dep, 3*time.Minute, "ready", readyAt(sha2))
+	if err := get(t, base); err != nil {
+		t.Fatal(err)
+	}
+	req := base.Annotations[pulumiv1.ReconcileRequestAnnotation]
+	if req == "" || base.Status.LastUpdate.ReconcileRequest != req || !firstSuccess.Before(&base.Status.LastUpdate.LastResyncTime) {
+		t.Fatalf("the stale prerequisite was not re-synced: annotation %q, lastUpdate %+v", req, base.Status.LastUpdate)
+	}
+	if !base.Status.LastUpdate.LastResyncTime.Before(&dep.Status.LastUpdate.LastResyncTime) && !base.Status.LastUpdate.LastResyncTime.Equal(&dep.Status.LastUpdate.LastResyncTime) {
+		t.Fatalf("the dependent ran before its prerequisite re-synced")
 	}
 }
