@@ -1,8 +1,9 @@
-// Package gitresolve resolves a git branch to its head commit without cloning
-// (the equivalent of `git ls-remote`), with the same credentials the workspace
-// uses.
+// Package gitresolve resolves git branches to their head commits without
+// cloning (the equivalent of `git ls-remote`), with the same credentials the
+// workspace uses; Shared does it once per repository and interval for every
+// Stack of an operator.
 //
-// It imports go-git only.
+// It imports go-git and the metrics registry.
 package gitresolve
 
 import (
@@ -10,15 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
-	"github.com/go-git/go-git/v5"
-	gitconfig "github.com/go-git/go-git/v5/config"
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
-	"github.com/go-git/go-git/v5/storage/memory"
 )
 
 // Auth holds git credentials; values are secrets and never appear in errors.
@@ -47,24 +43,16 @@ func (a Auth) method() (transport.AuthMethod, error) {
 }
 
 // Branch returns the commit at the head of branch ("main" or
-// "refs/heads/main") in the repository at url.
+// "refs/heads/main") in the repository at url, listing it now.
 func Branch(ctx context.Context, url, branch string, auth Auth) (string, error) {
-	m, err := auth.method()
+	heads, err := ListBranches(ctx, url, auth)
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	remote := git.NewRemote(memory.NewStorage(), &gitconfig.RemoteConfig{Name: "origin", URLs: []string{url}})
-	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: m})
-	if err != nil {
-		return "", fmt.Errorf("list references of %s: %w", url, err)
+	name := strings.TrimPrefix(branch, "refs/heads/")
+	sha, ok := heads[name]
+	if !ok {
+		return "", fmt.Errorf("branch %s not found in %s", name, url)
 	}
-	want := plumbing.ReferenceName("refs/heads/" + strings.TrimPrefix(branch, "refs/heads/"))
-	for _, r := range refs {
-		if r.Name() == want {
-			return r.Hash().String(), nil
-		}
-	}
-	return "", fmt.Errorf("branch %s not found in %s", strings.TrimPrefix(branch, "refs/heads/"), url)
+	return sha, nil
 }

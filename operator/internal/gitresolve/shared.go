@@ -1,0 +1,199 @@
+package gitresolve
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	gitconfig "github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var remoteQueries = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "stackflow_git_remote_queries_total",
+	Help: "Remote reference listings (ls-remote) made by the shared resolver, by result.",
+}, []string{"result"})
+
+func init() { metrics.Registry.MustRegister(remoteQueries) }
+
+// ListFunc lists a repository's branch heads (branch name → commit).
+type ListFunc func(ctx context.Context, url string, auth Auth) (map[string]string, error)
+
+// Shared resolves branches for every Stack of an operator: the references of a
+// repository are listed once per (URL, credentials) per TTL, however many
+// Stacks and branches need them; concurrent callers share one listing; a
+// failing repository is retried with exponential backoff and every caller gets
+// its error. Credentials are part of the key, so Stacks with different
+// credentials never share a result.
+type Shared struct {
+	// TTL is how long a listing serves; Invalidate ends it early.
+	TTL time.Duration
+	// List lists references; default ListBranches.
+	List ListFunc
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	queries int64
+}
+
+type entry struct {
+	ready   chan struct{} // closed when the listing in flight ends
+	heads   map[string]string
+	err     error
+	at      time.Time
+	fails   int
+	retryAt time.Time
+	stale   bool
+}
+
+// Queries reports how many remote listings were made.
+func (s *Shared) Queries() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queries
+}
+
+func key(url string, auth Auth) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s", auth.Token, auth.Username, auth.Password, auth.SSHPrivateKey)
+	return NormalizeURL(url) + "#" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// NormalizeURL makes equivalent spellings of a repository URL compare equal
+// (scheme-less case, trailing ".git" and "/").
+func NormalizeURL(url string) string {
+	u := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(url), "/"), ".git")
+	return strings.ToLower(u)
+}
+
+// Branch returns the head of branch in the repository at url.
+func (s *Shared) Branch(ctx context.Context, url, branch string, auth Auth) (string, error) {
+	heads, err := s.heads(ctx, url, auth)
+	if err != nil {
+		return "", err
+	}
+	name := strings.TrimPrefix(branch, "refs/heads/")
+	sha, ok := heads[name]
+	if !ok {
+		return "", fmt.Errorf("branch %s not found in %s", name, url)
+	}
+	return sha, nil
+}
+
+func (s *Shared) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Shared) heads(ctx context.Context, url string, auth Auth) (map[string]string, error) {
+	k := key(url, auth)
+	for {
+		s.mu.Lock()
+		if s.entries == nil {
+			s.entries = map[string]*entry{}
+		}
+		e := s.entries[k]
+		now := s.now()
+		switch {
+		case e != nil && e.ready != nil:
+			// A listing is in flight: wait for it.
+			ready := e.ready
+			s.mu.Unlock()
+			select {
+			case <-ready:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		case e != nil && e.err != nil && now.Before(e.retryAt) && !e.stale:
+			err := e.err
+			s.mu.Unlock()
+			return nil, fmt.Errorf("%w (retrying the repository after %s)", err, e.retryAt.Sub(now).Round(time.Second))
+		case e != nil && e.err == nil && now.Sub(e.at) < s.TTL && !e.stale:
+			heads := e.heads
+			s.mu.Unlock()
+			return heads, nil
+		}
+		if e == nil {
+			e = &entry{}
+			s.entries[k] = e
+		}
+		e.ready = make(chan struct{})
+		s.queries++
+		s.mu.Unlock()
+
+		list := s.List
+		if list == nil {
+			list = ListBranches
+		}
+		heads, err := list(ctx, url, auth)
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		remoteQueries.WithLabelValues(result).Inc()
+
+		s.mu.Lock()
+		e.heads, e.err, e.at, e.stale = heads, err, s.now(), false
+		if err != nil {
+			e.fails++
+			backoff := 5 * time.Second << min(e.fails-1, 7) // 5s … ~10min
+			e.retryAt = e.at.Add(backoff)
+		} else {
+			e.fails = 0
+		}
+		close(e.ready)
+		e.ready = nil
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return heads, nil
+	}
+}
+
+// Invalidate marks every listing of the repository at url (any credentials) as
+// stale, so the next Branch call lists it again: a push webhook's effect.
+func (s *Shared) Invalidate(url string) {
+	prefix := NormalizeURL(url) + "#"
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.entries {
+		if strings.HasPrefix(k, prefix) {
+			e.stale = true
+		}
+	}
+}
+
+// ListBranches lists a repository's branch heads with ls-remote semantics.
+func ListBranches(ctx context.Context, url string, auth Auth) (map[string]string, error) {
+	m, err := auth.method()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	remote := git.NewRemote(memory.NewStorage(), &gitconfig.RemoteConfig{Name: "origin", URLs: []string{url}})
+	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: m})
+	if err != nil {
+		return nil, fmt.Errorf("list references of %s: %w", url, err)
+	}
+	heads := map[string]string{}
+	for _, r := range refs {
+		if r.Name().IsBranch() {
+			heads[r.Name().Short()] = r.Hash().String()
+		}
+	}
+	return heads, nil
+}
