@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
@@ -423,7 +424,8 @@ func TestStackPinnedCommitAndStalePrerequisite(t *testing.T) {
 	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
 	sha2 := repo.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(stackProgram, "content: ${content}", "content: v2-${content}", 1)})
 	base := newStack(e.ns, "base", pulumiv1.StackSpec{Stack: "base", GitSource: gitSpec(repo.URL(), "", sha1),
-		Config: cfg("recordName", "base", "content", "pinned")})
+		WorkspaceReclaimPolicy: pulumiv1.WorkspaceReclaimDelete,
+		Config:                 cfg("recordName", "base", "content", "pinned")})
 	if err := cp.Client.Create(ctx, base); err != nil {
 		t.Fatal(err)
 	}
@@ -431,6 +433,12 @@ func TestStackPinnedCommitAndStalePrerequisite(t *testing.T) {
 	if got, _ := e.pe.Record(t, "base"); got != "pinned" {
 		t.Fatalf("record at %s = %q", sha1, got)
 	}
+	// workspaceReclaimPolicy Delete: the workspace goes once the stack is up
+	// to date, and comes back for the next update.
+	eventually(t, time.Minute, "the reclaimed workspace to be deleted", func() (bool, error) {
+		err := get(t, &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "base"}})
+		return err != nil && strings.Contains(err.Error(), "not found"), err
+	})
 	mutateStack(t, base, func(s *pulumiv1.Stack) { s.Spec.Commit = sha2 })
 	waitStack(t, base, 3*time.Minute, "ready at the advanced commit", readyAt(sha2))
 	if got, _ := e.pe.Record(t, "base"); got != "v2-pinned" {
