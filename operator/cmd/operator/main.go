@@ -24,6 +24,9 @@ func main() {
 		leaderElect bool
 		agentEnv    string
 		zapOpts     = zap.Options{Development: false}
+
+		webhookSecretFile string
+		watchNamespaces   string
 	)
 	flag.StringVar(&opts.Runtime, "workspace-runtime", operator.RuntimePod, `how workspaces run: "pod" (StatefulSets; for clusters) or "local" (agent child processes; for development)`)
 	flag.StringVar(&opts.Pod.AgentImage, "agent-image", "ghcr.io/stackflow-io/stackflow-operator:latest", "image holding the agent at /agent (pod runtime)")
@@ -40,6 +43,10 @@ func main() {
 	flag.StringVar(&opts.ArtifactDir, "artifact-dir", "", "directory holding Program artifacts (default: a new temporary directory; need not persist)")
 	flag.StringVar(&opts.ArtifactAddr, "artifact-addr", ":9090", "listen address of the artifact server workspaces download Programs from")
 	flag.StringVar(&opts.ArtifactBaseURL, "artifact-base-url", "", "URL workspaces reach the artifact server at, e.g. http://stackflow-operator.stackflow-system.svc:9090 (default: http://127.0.0.1:<port of --artifact-addr>)")
+	flag.DurationVar(&opts.GitPollInterval, "git-poll-interval", time.Minute, "how long a branch listing serves every Stack of a repository (relax to 5-10m with the push webhook)")
+	flag.StringVar(&opts.WebhookAddr, "webhook-bind-address", "", "serve the GitHub push webhook at /webhooks/github on this address (empty: off)")
+	flag.StringVar(&webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (required with --webhook-bind-address)")
+	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "metrics address (0 disables)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader through a Lease, for more than one replica")
@@ -54,8 +61,23 @@ func main() {
 			opts.AgentEnv[k] = v
 		}
 	}
+	if webhookSecretFile != "" {
+		b, err := os.ReadFile(webhookSecretFile)
+		if err != nil {
+			log.Error(err, "Reading the webhook secret failed")
+			os.Exit(1)
+		}
+		opts.WebhookSecret = strings.TrimSpace(string(b))
+	}
+	var namespaces []string
+	for _, ns := range strings.Split(watchNamespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			namespaces = append(namespaces, ns)
+		}
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 operator.Scheme(),
+		Cache:                  operator.CacheOptions(namespaces),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
@@ -65,12 +87,12 @@ func main() {
 		log.Error(err, "Creating the manager failed")
 		os.Exit(1)
 	}
-	pool, err := operator.Setup(mgr, opts)
+	op, err := operator.Setup(mgr, opts)
 	if err != nil {
 		log.Error(err, "Setting up the operator failed")
 		os.Exit(1)
 	}
-	defer pool.Close()
+	defer op.Close()
 	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
 	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
 	log.Info("Starting the operator", "runtime", opts.Runtime)

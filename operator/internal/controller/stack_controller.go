@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,11 +20,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -42,6 +45,7 @@ const (
 	programRefField   = "spec.programRef.name"
 	configMapsField   = "stackflow.configmaps"
 	secretsField      = "stackflow.secrets"
+	repositoryField   = "stackflow.repository"
 )
 
 // BranchResolver resolves a branch head; gitresolve.Branch in production.
@@ -61,6 +65,9 @@ type StackReconciler struct {
 	// ResyncOverride, when set, replaces every Stack's resync interval (the
 	// CRD's minimum is 60 s): for tests and local demos only.
 	ResyncOverride time.Duration
+
+	// wake carries Stacks to reconcile now (a push to their repository).
+	wake chan event.GenericEvent
 
 	// conflictUntil delays the retry of an update that met a concurrent
 	// update: conflicts are retried, not counted as failures.
@@ -93,13 +100,14 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	for field, names := range map[string]func(*pulumiv1.Stack) []string{configMapsField: referencedConfigMaps, secretsField: referencedSecrets} {
+	for field, names := range map[string]func(*pulumiv1.Stack) []string{configMapsField: referencedConfigMaps, secretsField: referencedSecrets, repositoryField: trackedRepository} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, field, func(o client.Object) []string {
 			return names(o.(*pulumiv1.Stack))
 		}); err != nil {
 			return err
 		}
 	}
+	r.wake = make(chan event.GenericEvent, 4096)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&pulumiv1.Stack{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&autov1alpha1.Workspace{}).
@@ -113,8 +121,49 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// a Stack stalled on a missing reference recovers by itself.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.indexed(secretsField))).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
+}
+
+// trackedRepository is the normalized repository of a Stack tracking a branch.
+func trackedRepository(s *pulumiv1.Stack) []string {
+	if s.Spec.GitSource == nil || s.Spec.ProjectRepo == "" || s.Spec.Branch == "" {
+		return nil
+	}
+	return []string{gitresolve.NormalizeURL(s.Spec.ProjectRepo)}
+}
+
+// WakeRepository reconciles now every Stack tracking branch of the repository
+// (given in any of its URL forms), and returns how many it woke.
+func (r *StackReconciler) WakeRepository(ctx context.Context, urls []string, branch string) int {
+	n := 0
+	seen := map[string]bool{}
+	for _, u := range urls {
+		key := gitresolve.NormalizeURL(u)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		var list pulumiv1.StackList
+		if err := r.List(ctx, &list, client.MatchingFields{repositoryField: key}); err != nil {
+			log.FromContext(ctx).Error(err, "Listing Stacks of a pushed repository failed")
+			continue
+		}
+		for i := range list.Items {
+			s := &list.Items[i]
+			if strings.TrimPrefix(s.Spec.Branch, "refs/heads/") != branch {
+				continue
+			}
+			select {
+			case r.wake <- event.GenericEvent{Object: s}:
+				n++
+			case <-ctx.Done():
+				return n
+			}
+		}
+	}
+	return n
 }
 
 // referencedConfigMaps lists the ConfigMaps a Stack reads.

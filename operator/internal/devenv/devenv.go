@@ -127,7 +127,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	pool, err := operator.Setup(mgr, operator.Options{
+	op, err := operator.Setup(mgr, operator.Options{
 		Runtime: operator.RuntimeLocal, LocalRoot: filepath.Join(dir, "workspaces"), AgentBinary: agentBin,
 		PulumiRoot: paths.PulumiRoot, AgentEnv: agentEnv, ArtifactDir: filepath.Join(dir, "artifacts"),
 		WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4, StackResyncOverride: 10 * time.Second,
@@ -136,7 +136,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer op.Close()
 	mctx, stop := context.WithCancel(ctx)
 	defer stop()
 	errc := make(chan error, 1)

@@ -10,12 +10,16 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
@@ -24,6 +28,8 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	"github.com/stackflow-io/stackflow/operator/internal/artifact"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
+	"github.com/stackflow-io/stackflow/operator/internal/webhook"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
@@ -66,6 +72,16 @@ type Options struct {
 	// "http://stackflow-operator.stackflow-system.svc:9090" in a cluster
 	// (default: http://127.0.0.1:<port of ArtifactAddr>, for the local runtime).
 	ArtifactBaseURL string
+	// WatchNamespaces are the namespaces the operator serves (see
+	// CacheOptions); main uses it for the manager, Setup does not.
+	WatchNamespaces []string
+	// GitPollInterval is how long a branch listing is shared by every Stack
+	// (default 1m); with the push webhook it can be relaxed to 5–10m.
+	GitPollInterval time.Duration
+	// WebhookAddr, when set, serves the GitHub push receiver at
+	// /webhooks/github, authenticated with WebhookSecret.
+	WebhookAddr   string
+	WebhookSecret string
 	// StackResyncOverride replaces every Stack's resync interval (tests and
 	// local demos; the CRD's minimum is 60 s).
 	StackResyncOverride time.Duration
@@ -84,9 +100,22 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// Setup registers the reconcilers on mgr. The returned pool is closed by the
-// caller when the manager stops.
-func Setup(mgr ctrl.Manager, opts Options) (*agentclient.Pool, error) {
+// Operator is what Setup assembled.
+type Operator struct {
+	// Agents is the agent connection pool; Close it when the manager stops.
+	Agents *agentclient.Pool
+	// Git is the shared branch resolver.
+	Git *gitresolve.Shared
+	// WebhookAddr is the push receiver's bound address, when it runs.
+	WebhookAddr string
+}
+
+// Close releases the agent connections.
+func (o *Operator) Close() { o.Agents.Close() }
+
+// Setup registers the reconcilers (and the artifact and webhook servers) on
+// mgr. Close the result when the manager stops.
+func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	var rt workspace.Runtime
 	switch opts.Runtime {
 	case RuntimePod, "":
@@ -107,11 +136,28 @@ func Setup(mgr ctrl.Manager, opts Options) (*agentclient.Pool, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workspace controller: %w", err)
 	}
-	if err := (&controller.StackReconciler{
+	poll := opts.GitPollInterval
+	if poll == 0 {
+		poll = time.Minute
+	}
+	if opts.StackResyncOverride > 0 && opts.StackResyncOverride < poll {
+		poll = opts.StackResyncOverride
+	}
+	git := &gitresolve.Shared{TTL: poll}
+	stacks := &controller.StackReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
-		ResyncOverride: opts.StackResyncOverride,
-	}).SetupWithManager(mgr); err != nil {
+		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch,
+	}
+	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)
+	}
+	op := &Operator{Agents: pool, Git: git}
+	if opts.WebhookAddr != "" {
+		addr, err := setupWebhook(mgr, opts, git, stacks)
+		if err != nil {
+			return nil, err
+		}
+		op.WebhookAddr = addr
 	}
 	if err := (&controller.UpdateReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("update-controller"),
@@ -122,7 +168,50 @@ func Setup(mgr ctrl.Manager, opts Options) (*agentclient.Pool, error) {
 	if err := setupPrograms(mgr, opts); err != nil {
 		return nil, err
 	}
-	return pool, nil
+	return op, nil
+}
+
+// setupWebhook serves the push receiver: a verified push marks the repository
+// for re-resolution and reconciles the Stacks tracking the pushed branch.
+func setupWebhook(mgr ctrl.Manager, opts Options, git *gitresolve.Shared, stacks *controller.StackReconciler) (string, error) {
+	if opts.WebhookSecret == "" {
+		return "", fmt.Errorf("the push webhook needs a secret (--webhook-secret-file)")
+	}
+	l, err := net.Listen("tcp", opts.WebhookAddr)
+	if err != nil {
+		return "", fmt.Errorf("webhook server: %w", err)
+	}
+	log := ctrl.Log.WithName("webhook")
+	receiver := &webhook.GitHub{
+		Secret:  []byte(opts.WebhookSecret),
+		Limiter: rate.NewLimiter(rate.Limit(10), 50),
+		OnPush: func(p webhook.Push) {
+			for _, u := range p.RepoURLs {
+				git.Invalidate(u)
+			}
+			n := stacks.WakeRepository(context.Background(), p.RepoURLs, p.Branch)
+			log.Info("Push received", "repository", p.RepoURLs[0], "branch", p.Branch, "stacks", n)
+		},
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/webhooks/github", receiver)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		if err := srv.Serve(l); err != nil && err != http.ErrServerClosed {
+			return err
+		}
+		return nil
+	})); err != nil {
+		l.Close()
+		return "", err
+	}
+	return l.Addr().String(), nil
 }
 
 // setupPrograms registers the Program controller and its artifact server. The
@@ -162,4 +251,17 @@ func setupPrograms(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("set up program controller: %w", err)
 	}
 	return nil
+}
+
+// CacheOptions limits the manager's caches (and so its watches, RBAC needs and
+// reconciles) to namespaces; none means cluster-wide.
+func CacheOptions(namespaces []string) cache.Options {
+	if len(namespaces) == 0 {
+		return cache.Options{}
+	}
+	m := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		m[ns] = cache.Config{}
+	}
+	return cache.Options{DefaultNamespaces: m}
 }

@@ -16,7 +16,7 @@ import (
 func baseStack() *pulumiv1.Stack {
 	return &pulumiv1.Stack{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", Generation: 2, UID: "uid-1"},
-		Spec: pulumiv1.StackSpec{Stack: "org/app/dev", GitSource: &pulumiv1.GitSource{ProjectRepo: "https://example.com/r", Branch: "main", RepoDir: "infra"}},
+		Spec:       pulumiv1.StackSpec{Stack: "org/app/dev", GitSource: &pulumiv1.GitSource{ProjectRepo: "https://example.com/r", Branch: "main", RepoDir: "infra"}},
 	}
 }
 
@@ -44,7 +44,7 @@ func TestWorkspaceDerivation(t *testing.T) {
 	s.Spec.ServiceAccountName = "pulumi"
 	s.Spec.WorkspaceTemplate = &pulumiv1.WorkspaceTemplate{
 		Metadata: autov1alpha1.EmbeddedObjectMeta{Labels: map[string]string{"team": "platform"}},
-		Spec: &autov1alpha1.WorkspaceSpec{Image: "custom:1", Env: []corev1.EnvVar{{Name: "EXTRA", Value: "1"}, {Name: "PULUMI_BACKEND_URL", Value: "file:///override"}}},
+		Spec:     &autov1alpha1.WorkspaceSpec{Image: "custom:1", Env: []corev1.EnvVar{{Name: "EXTRA", Value: "1"}, {Name: "PULUMI_BACKEND_URL", Value: "file:///override"}}},
 	}
 	in := gitInputs()
 	in.ConfigMapValues = map[string]string{"app:fromCM": `{"z": 1, "a": 2}`, "app:plain": "text"}

@@ -82,14 +82,22 @@ func newEnv(t testing.TB) *env {
 // called (or the test ends).
 func startOperator(t testing.TB, opts operator.Options) (stop func()) {
 	t.Helper()
+	_, stop = startOperatorWith(t, opts)
+	return stop
+}
+
+// startOperatorWith is startOperator returning what Setup assembled.
+func startOperatorWith(t testing.TB, opts operator.Options) (op *operator.Operator, stop func()) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:      operator.CacheOptions(opts.WatchNamespaces),
 		Controller: ctrlConfigUniqueNames(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := operator.Setup(mgr, opts)
+	op, err = operator.Setup(mgr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +114,10 @@ func startOperator(t testing.TB, opts operator.Options) (stop func()) {
 		if err := <-done; err != nil {
 			t.Errorf("operator: %v", err)
 		}
-		pool.Close()
+		op.Close()
 	}
 	t.Cleanup(stop)
-	return stop
+	return op, stop
 }
 
 // eventually polls cond until it returns true or the timeout passes.
