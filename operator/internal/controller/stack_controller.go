@@ -281,8 +281,17 @@ func (r *StackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 
 // reconcileDecision applies the policy's verdict.
 func (r *StackReconciler) reconcileDecision(ctx context.Context, s *pulumiv1.Stack, src stack.Source, ws *autov1alpha1.Workspace) (ctrl.Result, error) {
+	busy, drifted, err := r.finishDriftCheck(ctx, s)
+	if err != nil || busy {
+		// A drift check is running: nothing else runs on the stack meanwhile;
+		// its Update's completion wakes the Stack.
+		return ctrl.Result{}, err
+	}
 	now := r.Now()
 	d := stack.Decide(stack.Input{Stack: s, Revision: src.Revision, Now: now})
+	if drifted && s.Spec.DriftDetection.Remediate && d.Action == stack.UpToDate {
+		d = stack.Decision{Action: stack.Run, UpdateType: autov1alpha1.UpType, Reason: "remediating drift"}
+	}
 	if until, ok := r.conflictUntil.Load(s.UID); ok && now.Before(until.(time.Time)) && d.Action == stack.Run {
 		markReconciling(s, pulumiv1.ReconcilingRetryReason, "another update holds the stack; retrying shortly")
 		return ctrl.Result{RequeueAfter: until.(time.Time).Sub(now)}, nil
@@ -290,6 +299,9 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, s *pulumiv1.Sta
 	switch d.Action {
 	case stack.UpToDate:
 		markReady(s)
+		if res, started, err := r.reconcileDrift(ctx, s, src, ws); err != nil || started || (res.RequeueAfter > 0 && (d.RequeueAfter == 0 || res.RequeueAfter < d.RequeueAfter)) {
+			return res, err
+		}
 		requeue := d.RequeueAfter
 		if r.ResyncOverride > 0 && requeue > 0 {
 			requeue = r.ResyncOverride
@@ -312,6 +324,11 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, s *pulumiv1.Sta
 	u, err := stack.Update(s, d.UpdateType, src.Revision, "Stackflow: "+d.Reason)
 	if err != nil {
 		return r.stalledOrRetry(s, err, pulumiv1.StalledSpecInvalidReason)
+	}
+	if drifted {
+		refresh := true
+		u.Spec.Refresh = &refresh
+		u.Name += "-remediate"
 	}
 	if err := controllerutil.SetControllerReference(s, u, r.Scheme()); err != nil {
 		return ctrl.Result{}, err
@@ -382,6 +399,10 @@ func (r *StackReconciler) recordResult(ctx context.Context, s *pulumiv1.Stack, c
 		lu.State = pulumiv1.SucceededStackStateMessage
 		if u.Spec.Type == autov1alpha1.UpType {
 			lu.LastSuccessfulCommit = cu.Commit
+			if u.Spec.Refresh != nil && *u.Spec.Refresh {
+				// An up with refresh put the infrastructure back in line.
+				apimeta.RemoveStatusCondition(&s.Status.Conditions, pulumiv1.DriftDetectedCondition)
+			}
 		}
 		if u.Spec.Type == autov1alpha1.UpType || u.Spec.Type == autov1alpha1.RefreshType {
 			if outs, err := r.readOutputs(ctx, u); err == nil {

@@ -4,8 +4,15 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/webhook"
@@ -93,5 +100,51 @@ func TestNamespaceScopedOperator(t *testing.T) {
 	}
 	if _, ok := e.pe.Record(t, "theirs"); ok {
 		t.Fatal("a Stack outside the watched namespace was deployed")
+	}
+}
+
+// TestDriftDetection: an out-of-band edit is reported as DriftDetected without
+// touching the infrastructure; with remediate, an up with refresh restores it
+// and clears the condition.
+func TestDriftDetection(t *testing.T) {
+	e, repo := stackEnv(t)
+	ctx := context.Background()
+	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
+	s := newStack(e.ns, "drifty", pulumiv1.StackSpec{Stack: "drifty", GitSource: gitSpec(repo.URL(), "", sha),
+		DriftDetection: &pulumiv1.DriftDetection{},
+		Config:         cfg("recordName", "drifty", "content", "desired")})
+	if err := cp.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, s, 3*time.Minute, "ready", readyAt(sha))
+	if err := os.WriteFile(filepath.Join(e.pe.RecordsDir, "drifty"), []byte("tampered"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, s, 2*time.Minute, "drift detected", func(s *pulumiv1.Stack) bool {
+		c := condition(s, pulumiv1.DriftDetectedCondition)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "1 resource(s) differ") && strings.Contains(c.Message, "update 1")
+	})
+	if got, _ := e.pe.Record(t, "drifty"); got != "tampered" {
+		t.Fatalf("detection changed the infrastructure: record = %q", got)
+	}
+	if s.Status.LastUpdate.Type != "up" || condition(s, pulumiv1.ReadyCondition).Status != metav1.ConditionTrue {
+		t.Fatalf("a drift check replaced the last update or readiness: %+v", s.Status.LastUpdate)
+	}
+	var events corev1.EventList
+	_ = cp.Client.List(ctx, &events, client.InNamespace(e.ns))
+	found := false
+	for _, ev := range events.Items {
+		found = found || (ev.Reason == "DriftDetected" && ev.Type == corev1.EventTypeWarning)
+	}
+	if !found {
+		t.Fatal("no DriftDetected event")
+	}
+
+	mutateStack(t, s, func(s *pulumiv1.Stack) { s.Spec.DriftDetection.Remediate = true })
+	waitStack(t, s, 3*time.Minute, "remediated", func(s *pulumiv1.Stack) bool {
+		return condition(s, pulumiv1.DriftDetectedCondition) == nil && readyAt(sha)(s) && strings.HasSuffix(s.Status.LastUpdate.Name, "-remediate")
+	})
+	if got, _ := e.pe.Record(t, "drifty"); got != "desired" {
+		t.Fatalf("remediation left record = %q", got)
 	}
 }

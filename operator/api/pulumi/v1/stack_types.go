@@ -189,6 +189,45 @@ type StackSpec struct {
 	// changes infrastructure. Turn it off to deploy.
 	// +optional
 	Preview bool `json:"preview,omitempty"`
+
+	// driftDetection checks, periodically and without changing anything,
+	// whether the infrastructure still matches the last successful update (a
+	// preview with refresh), and reports differences in the DriftDetected
+	// condition. A Stackflow extension: PKO's continueResyncOnCommitMatch with
+	// refresh keeps working as before, but always remediates.
+	// +optional
+	DriftDetection *DriftDetection `json:"driftDetection,omitempty"`
+}
+
+// DriftDetection configures drift checks.
+type DriftDetection struct {
+	// intervalSeconds is the time between drift checks. Default 300; minimum
+	// 60.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == 0 || self >= 60",message="spec.driftDetection.intervalSeconds must be at least 60 (or 0 for the default)"
+	IntervalSeconds int64 `json:"intervalSeconds,omitempty"`
+
+	// remediate runs an up (with refresh) when drift is found, putting the
+	// infrastructure back to the program's state. Off by default: drift is
+	// only reported.
+	// +optional
+	Remediate bool `json:"remediate,omitempty"`
+}
+
+// DriftCheck records the last drift check.
+type DriftCheck struct {
+	// update is the preview Update that ran (or runs) the check.
+	// +optional
+	Update string `json:"update,omitempty"`
+	// revision is the revision checked.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// lastCheckTime is when the last check finished.
+	// +optional
+	LastCheckTime metav1.Time `json:"lastCheckTime,omitempty"`
+	// changes counts the resources that differ, by operation.
+	// +optional
+	Changes map[string]int64 `json:"changes,omitempty"`
 }
 
 // GitSource is a git repository holding the Pulumi program.
@@ -574,6 +613,11 @@ type StackStatus struct {
 	// projectInfo names the Pulumi project.
 	// +optional
 	ProjectInfo *ProjectInfo `json:"projectInfo,omitempty"`
+
+	// driftCheck records the last (or running) drift check, with
+	// spec.driftDetection.
+	// +optional
+	DriftCheck *DriftCheck `json:"driftCheck,omitempty"`
 }
 
 // Stack is a Pulumi stack kept up to date from a program source (a git branch or
