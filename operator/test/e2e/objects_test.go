@@ -124,3 +124,5 @@ func reason(u *autov1alpha1.Update) string {
 type autoUpdateList struct {
 	autov1alpha1.UpdateList
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
