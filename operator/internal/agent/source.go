@@ -19,8 +19,8 @@ import (
 	gitconfig "github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
-	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+
+	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
 )
 
 // Source says where the program comes from. Exactly one of GitURL, ArtifactURL
@@ -45,13 +45,9 @@ type Source struct {
 // DefaultMaxArtifactBytes caps artifact downloads.
 const DefaultMaxArtifactBytes = 256 << 20
 
-// GitAuth holds git credentials. Values are secrets: never logged.
-type GitAuth struct {
-	Token         string
-	Username      string
-	Password      string
-	SSHPrivateKey string
-}
+// GitAuth holds git credentials (the same shape the operator resolves
+// branches with). Values are secrets: never logged.
+type GitAuth = gitresolve.Auth
 
 // GitAuthFromEnv reads git credentials from the environment variables the pod
 // runtime sets from Secrets.
@@ -62,26 +58,6 @@ func GitAuthFromEnv() GitAuth {
 		Password:      os.Getenv("GIT_PASSWORD"),
 		SSHPrivateKey: os.Getenv("GIT_SSH_PRIVATE_KEY"),
 	}
-}
-
-func (a GitAuth) method() (transport.AuthMethod, error) {
-	switch {
-	case a.SSHPrivateKey != "":
-		keys, err := gitssh.NewPublicKeys("git", []byte(a.SSHPrivateKey), a.Password)
-		if err != nil {
-			return nil, fmt.Errorf("parse SSH private key: %w", err)
-		}
-		return keys, nil
-	case a.Token != "":
-		user := a.Username
-		if user == "" {
-			user = "git"
-		}
-		return &githttp.BasicAuth{Username: user, Password: a.Token}, nil
-	case a.Username != "" || a.Password != "":
-		return &githttp.BasicAuth{Username: a.Username, Password: a.Password}, nil
-	}
-	return nil, nil
 }
 
 // Fetched is a program ready on disk.
@@ -128,7 +104,7 @@ func subdir(root, dir string) (string, error) {
 }
 
 func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
-	auth, err := src.GitAuth.method()
+	auth, err := src.GitAuth.Method()
 	if err != nil {
 		return Fetched{}, err
 	}

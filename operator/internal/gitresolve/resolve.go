@@ -22,7 +22,8 @@ type Auth struct {
 	Token, Username, Password, SSHPrivateKey string
 }
 
-func (a Auth) method() (transport.AuthMethod, error) {
+// Method is the go-git authentication for these credentials (nil for none).
+func (a Auth) Method() (transport.AuthMethod, error) {
 	switch {
 	case a.SSHPrivateKey != "":
 		keys, err := gitssh.NewPublicKeys("git", []byte(a.SSHPrivateKey), a.Password)

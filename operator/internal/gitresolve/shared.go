@@ -178,7 +178,7 @@ func (s *Shared) Invalidate(url string) {
 
 // ListBranches lists a repository's branch heads with ls-remote semantics.
 func ListBranches(ctx context.Context, url string, auth Auth) (map[string]string, error) {
-	m, err := auth.method()
+	m, err := auth.Method()
 	if err != nil {
 		return nil, err
 	}

@@ -243,15 +243,7 @@ func Workspace(s *pulumiv1.Stack, in Inputs) (*autov1alpha1.Workspace, error) {
 		ws.Spec.Flux = &autov1alpha1.FluxSource{Url: src.ArtifactURL, Digest: src.Digest, Dir: src.Dir}
 	}
 	if t := s.Spec.WorkspaceTemplate; t != nil {
-		for k, v := range t.Metadata.Labels {
-			ws.Labels[k] = v
-		}
-		if len(t.Metadata.Annotations) > 0 {
-			ws.Annotations = map[string]string{}
-			for k, v := range t.Metadata.Annotations {
-				ws.Annotations[k] = v
-			}
-		}
+		applyMeta(&ws.ObjectMeta, t.Metadata)
 		if t.Spec != nil {
 			merged, err := mergeSpec(ws.Spec, t.Spec, autov1alpha1.WorkspaceSpec{})
 			if err != nil {
@@ -298,15 +290,7 @@ func Update(s *pulumiv1.Stack, typ autov1alpha1.UpdateType, revision, message st
 		u.Spec.RunProgram = &s.Spec.RunProgram
 	}
 	if t := s.Spec.UpdateTemplate; t != nil {
-		for k, v := range t.Metadata.Labels {
-			u.Labels[k] = v
-		}
-		if len(t.Metadata.Annotations) > 0 {
-			u.Annotations = map[string]string{}
-			for k, v := range t.Metadata.Annotations {
-				u.Annotations[k] = v
-			}
-		}
+		applyMeta(&u.ObjectMeta, t.Metadata)
 		if t.Spec != nil {
 			merged, err := mergeSpec(u.Spec, t.Spec, autov1alpha1.UpdateSpec{})
 			if err != nil {
@@ -318,6 +302,19 @@ func Update(s *pulumiv1.Stack, typ autov1alpha1.UpdateType, revision, message st
 		}
 	}
 	return u, nil
+}
+
+// applyMeta adds a template's labels and annotations to an object's.
+func applyMeta(m *metav1.ObjectMeta, t autov1alpha1.EmbeddedObjectMeta) {
+	for k, v := range t.Labels {
+		m.Labels[k] = v
+	}
+	if len(t.Annotations) > 0 && m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	for k, v := range t.Annotations {
+		m.Annotations[k] = v
+	}
 }
 
 // mergeSpec applies patch over base as a strategic merge patch using schema's
