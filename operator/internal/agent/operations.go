@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -232,6 +233,8 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	defer out.Flush()
 	engineEvents := make(chan events.EngineEvent)
 	stepsDone, quit := make(chan struct{}), make(chan struct{})
+	var changedMu sync.Mutex
+	changed := map[string]bool{} // resources changed by the run, from engine events
 	go func() {
 		defer close(stepsDone)
 		for {
@@ -243,6 +246,18 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 				if ev.ResOutputsEvent != nil {
 					m := ev.ResOutputsEvent.Metadata
 					r.emit(&agentv1.OperationEvent{Event: &agentv1.OperationEvent_Step{Step: string(m.Op) + " " + m.URN}})
+				}
+				if ev.ResourcePreEvent != nil {
+					m := ev.ResourcePreEvent.Metadata
+					switch string(m.Op) {
+					case "same", "read", "refresh":
+					default:
+						if m.Type != "pulumi:pulumi:Stack" {
+							changedMu.Lock()
+							changed[string(m.Op)+" "+m.URN] = true
+							changedMu.Unlock()
+						}
+					}
 				}
 			case <-quit:
 				return
@@ -319,6 +334,16 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		return &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_FAILED, Message: fmt.Sprintf("unknown operation type %v", req.GetType())}
 	}
 	res.Permalink = permalink
+	select { // the event stream has ended with the run, or soon after
+	case <-stepsDone:
+	case <-time.After(5 * time.Second):
+	}
+	changedMu.Lock()
+	for k := range changed {
+		res.ChangedResources = append(res.ChangedResources, k)
+	}
+	changedMu.Unlock()
+	sort.Strings(res.ChangedResources)
 	if len(changes) > 0 {
 		res.Changes = map[string]int64{}
 		for k, v := range changes {

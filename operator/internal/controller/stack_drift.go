@@ -75,7 +75,7 @@ func (r *StackReconciler) finishDriftCheck(ctx context.Context, s *pulumiv1.Stac
 		apimeta.RemoveStatusCondition(&s.Status.Conditions, pulumiv1.DriftDetectedCondition)
 		return false, false, nil
 	}
-	msg := fmt.Sprintf("%d resource(s) differ from the last successful update of %s (%s); checked by %s", total, shortRev(dc.Revision), strings.Join(parts, ", "), u.Name)
+	msg := fmt.Sprintf("%d resource(s) differ from the last successful update of %s (%s): %s; checked by %s", total, shortRev(dc.Revision), strings.Join(parts, ", "), resourceNames(u.Status.Resources, 10), u.Name)
 	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.DriftDetectedCondition, metav1.ConditionTrue, driftReasonDetected, msg)
 	r.Recorder.Event(s, corev1.EventTypeWarning, driftReasonDetected, msg)
 	log.FromContext(ctx).Info("Drift detected", "changes", dc.Changes)
@@ -130,4 +130,26 @@ func (r *StackReconciler) reconcileDrift(ctx context.Context, s *pulumiv1.Stack,
 	s.Status.DriftCheck.Update, s.Status.DriftCheck.Revision = u.Name, src.Revision
 	log.FromContext(ctx).Info("Started drift check", "update", u.Name)
 	return ctrl.Result{}, true, nil
+}
+
+// resourceNames shortens "<op> <urn>" entries to "<op> <type>::<name>", at most
+// max of them.
+func resourceNames(resources []string, max int) string {
+	var out []string
+	for i, r := range resources {
+		if i == max {
+			out = append(out, fmt.Sprintf("and %d more", len(resources)-max))
+			break
+		}
+		op, urn, _ := strings.Cut(r, " ")
+		parts := strings.Split(urn, "::")
+		if len(parts) >= 2 {
+			urn = parts[len(parts)-2] + "::" + parts[len(parts)-1]
+		}
+		out = append(out, op+" "+urn)
+	}
+	if len(out) == 0 {
+		return "resources not reported"
+	}
+	return strings.Join(out, ", ")
 }

@@ -281,6 +281,10 @@ func (r *UpdateReconciler) finish(ctx context.Context, u *autov1alpha1.Update, o
 	u.Status.Message = msg
 	u.Status.Permalink = op.Permalink
 	u.Status.Changes = op.Changes
+	u.Status.Resources = op.ChangedResources
+	if len(u.Status.Resources) > 100 {
+		u.Status.Resources = u.Status.Resources[:100]
+	}
 	u.Status.ObservedGeneration = u.Generation
 	if op.State == agentv1.OperationState_OPERATION_STATE_SUCCEEDED && len(op.Outputs) > 0 {
 		name, err := r.writeOutputs(ctx, u, op.Outputs)

@@ -122,7 +122,8 @@ func TestDriftDetection(t *testing.T) {
 	}
 	waitStack(t, s, 2*time.Minute, "drift detected", func(s *pulumiv1.Stack) bool {
 		c := condition(s, pulumiv1.DriftDetectedCondition)
-		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "1 resource(s) differ") && strings.Contains(c.Message, "update 1")
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "1 resource(s) differ") && strings.Contains(c.Message, "update 1") &&
+			strings.Contains(c.Message, "update stackflowtest:index:Record::rec")
 	})
 	if got, _ := e.pe.Record(t, "drifty"); got != "tampered" {
 		t.Fatalf("detection changed the infrastructure: record = %q", got)

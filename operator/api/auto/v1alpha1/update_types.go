@@ -150,6 +150,12 @@ type UpdateStatus struct {
 	// +optional
 	Changes map[string]int64 `json:"changes,omitempty"`
 
+	// resources lists the resources the update changed (or a preview would
+	// change), as "<operation> <urn>"; at most 100.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Resources []string `json:"resources,omitempty"`
+
 	// conditions describe the update: Progressing while it runs, then Complete,
 	// and Failed when it did not succeed.
 	// +optional

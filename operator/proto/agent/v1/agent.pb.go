@@ -782,9 +782,12 @@ type Operation struct {
 	// Source revision the run used.
 	Revision string `protobuf:"bytes,11,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Recovery notes: e.g. a stale lock left by a killed run was removed.
-	Notices       []string `protobuf:"bytes,12,rep,name=notices,proto3" json:"notices,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Notices []string `protobuf:"bytes,12,rep,name=notices,proto3" json:"notices,omitempty"`
+	// The resources the operation changed (or, for a preview, would change), as
+	// "<op> <urn>", without unchanged ones.
+	ChangedResources []string `protobuf:"bytes,13,rep,name=changed_resources,json=changedResources,proto3" json:"changed_resources,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
@@ -897,6 +900,13 @@ func (x *Operation) GetRevision() string {
 func (x *Operation) GetNotices() []string {
 	if x != nil {
 		return x.Notices
+	}
+	return nil
+}
+
+func (x *Operation) GetChangedResources() []string {
+	if x != nil {
+		return x.ChangedResources
 	}
 	return nil
 }
@@ -1058,7 +1068,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x06Output\x12\x1d\n" +
 	"\n" +
 	"value_json\x18\x01 \x01(\tR\tvalueJson\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\bR\x06secret\"\xa4\x05\n" +
+	"\x06secret\x18\x02 \x01(\bR\x06secret\"\xd1\x05\n" +
 	"\tOperation\x12\x1b\n" +
 	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\x128\n" +
 	"\x05state\x18\x02 \x01(\x0e2\".stackflow.agent.v1.OperationStateR\x05state\x125\n" +
@@ -1073,7 +1083,8 @@ const file_agent_proto_rawDesc = "" +
 	"\aoutputs\x18\n" +
 	" \x03(\v2*.stackflow.agent.v1.Operation.OutputsEntryR\aoutputs\x12\x1a\n" +
 	"\brevision\x18\v \x01(\tR\brevision\x12\x18\n" +
-	"\anotices\x18\f \x03(\tR\anotices\x1a:\n" +
+	"\anotices\x18\f \x03(\tR\anotices\x12+\n" +
+	"\x11changed_resources\x18\r \x03(\tR\x10changedResources\x1a:\n" +
 	"\fChangesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aV\n" +
