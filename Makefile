@@ -32,12 +32,21 @@ generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace b
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
 	$(CONTROLLER_GEN) rbac:roleName=stackflow-operator paths=./operator/internal/... output:rbac:artifacts:config=operator/config/rbac
 	cd operator/proto/agent/v1 && PATH="$(PROTOC_TOOLS):$$PATH" buf generate --template buf.gen.yaml .
+	go run ./argocd-health/cmd/gen
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files differ from what is committed
-	@if [ -n "$$(git status --porcelain -- operator/api operator/proto operator/config hack/tools go.mod go.sum)" ]; then \
-	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api operator/proto operator/config; \
+	@if [ -n "$$(git status --porcelain -- operator/api operator/proto operator/config argocd-health/install hack/tools go.mod go.sum)" ]; then \
+	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api operator/proto operator/config argocd-health/install; \
 	  echo "generated files are stale: run 'make generate' and commit the result" >&2; exit 1; fi
+
+.PHONY: argocd-health
+argocd-health: ## Regenerate argocd-health/install (argocd-cm Component, Helm values) from the Lua scripts
+	go run ./argocd-health/cmd/gen
+
+.PHONY: health-fixtures
+health-fixtures: substrate ## Re-capture argocd-health/testdata/captured from a real operator run
+	eval "$$($(SUBSTRATE) env)" && STACKFLOW_UPDATE_FIXTURES=1 go test -count=1 -run TestCaptureHealthFixtures ./operator/test/e2e/
 
 .PHONY: build
 build: ## Build every package (and the pinned future dependencies) and vet it

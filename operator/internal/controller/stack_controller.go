@@ -582,7 +582,9 @@ func (r *StackReconciler) reconcileDelete(ctx context.Context, s *pulumiv1.Stack
 	if !controllerutil.ContainsFinalizer(s, StackFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	if s.Spec.DestroyOnFinalize && s.Status.LastUpdate != nil {
+	// An update in flight (even the first) may be creating resources: wait for
+	// it, then destroy.
+	if s.Spec.DestroyOnFinalize && (s.Status.LastUpdate != nil || s.Status.CurrentUpdate != nil) {
 		done, res, err := r.reconcileDestroy(ctx, s)
 		if !done || err != nil {
 			return res, err
@@ -604,10 +606,11 @@ func (r *StackReconciler) reconcileDestroy(ctx context.Context, s *pulumiv1.Stac
 	if running, res, err := r.reconcileCurrentUpdate(ctx, s); running || err != nil {
 		return false, res, err
 	}
-	if lu := s.Status.LastUpdate; lu.Type == autov1alpha1.DestroyType && lu.State == pulumiv1.SucceededStackStateMessage {
+	lu := s.Status.LastUpdate
+	if lu != nil && lu.Type == autov1alpha1.DestroyType && lu.State == pulumiv1.SucceededStackStateMessage {
 		return true, ctrl.Result{}, nil
 	}
-	if lu := s.Status.LastUpdate; lu.Type == autov1alpha1.DestroyType && lu.State == pulumiv1.FailedStackStateMessage {
+	if lu != nil && lu.Type == autov1alpha1.DestroyType && lu.State == pulumiv1.FailedStackStateMessage {
 		wait := stack.Backoff(lu.Failures, 5*time.Minute)
 		if due := lu.LastResyncTime.Add(wait); r.Now().Before(due) {
 			markStalled(s, pulumiv1.StalledDestroyFailedReason, fmt.Sprintf("destroy failed (attempt %d): %s; retrying in %s, the finalizer is kept until it succeeds", lu.Failures, lu.Message, due.Sub(r.Now()).Round(time.Second)))
@@ -617,8 +620,8 @@ func (r *StackReconciler) reconcileDestroy(ctx context.Context, s *pulumiv1.Stac
 	// Destroy from the source the stack was last deployed from when the
 	// current one cannot be resolved.
 	src, err := r.resolveSource(ctx, s)
-	if err != nil && s.Spec.GitSource != nil && s.Status.LastUpdate.LastSuccessfulCommit != "" {
-		src, err = r.gitSource(ctx, s, s.Status.LastUpdate.LastSuccessfulCommit)
+	if err != nil && s.Spec.GitSource != nil && lu != nil && lu.LastSuccessfulCommit != "" {
+		src, err = r.gitSource(ctx, s, lu.LastSuccessfulCommit)
 	}
 	if err != nil {
 		markStalled(s, pulumiv1.StalledDestroyFailedReason, "cannot destroy: "+err.Error())

@@ -83,8 +83,10 @@ func markStalled(s *pulumiv1.Stack, reason, msg string) {
 	apimeta.RemoveStatusCondition(&s.Status.Conditions, pulumiv1.ReconcilingCondition)
 	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.ReadyCondition, metav1.ConditionFalse, pulumiv1.NotReadyStalledReason, msg)
 	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.StalledCondition, metav1.ConditionTrue, reason, msg)
-	// The spec was processed to a verdict the user must act on.
+	// The spec (and any reconcile request) was processed to a verdict the
+	// user must act on.
 	s.Status.ObservedGeneration = s.Generation
+	s.Status.ObservedReconcileRequest = s.Annotations[pulumiv1.ReconcileRequestAnnotation]
 }
 
 // recordEvent mirrors a change of the Ready condition (or of the reason

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -65,7 +66,6 @@ const (
 	fixtureNS      = "stackflow"
 	fixtureRepo    = "file:///git/fixtures.git"
 	fixtureAddress = "127.0.0.1:30000"
-	fixtureRequest = "2025-01-01T00:00:00Z"
 )
 
 // TestCaptureHealthFixtures runs the operator through the states the Argo CD
@@ -102,9 +102,13 @@ func TestCaptureHealthFixtures(t *testing.T) {
 			Config: cfg("recordName", "fx-waiting", "content", "one"), Prerequisites: []pulumiv1.PrerequisiteRef{{Name: "stalled"}}}),
 		newStack(e.ns, "from-program", pulumiv1.StackSpec{Stack: "from-program", ProgramRef: &pulumiv1.ProgramReference{Name: "fx-program"}}),
 		newStack(e.ns, "destroyed", pulumiv1.StackSpec{Stack: "destroyed", GitSource: git(), DestroyOnFinalize: true,
-			Config: cfg("recordName", "fx-destroyed", "content", "one", "sleep", 10)}),
+			Config: cfg("recordName", "fx-destroyed", "content", "one")}),
 		newStack(e.ns, "doomed", pulumiv1.StackSpec{Stack: "doomed", GitSource: git(), DestroyOnFinalize: true,
 			Config: cfg("recordName", "fx-doomed", "content", "one", "failOn", "delete")}),
+		newStack(e.ns, "no-branch", pulumiv1.StackSpec{Stack: "no-branch", GitSource: gitSpec(repo.URL(), "missing", ""),
+			Config: cfg("recordName", "fx-no-branch", "content", "one")}),
+		newStack(e.ns, "drifted", pulumiv1.StackSpec{Stack: "drifted", GitSource: git(), DriftDetection: &pulumiv1.DriftDetection{},
+			Config: cfg("recordName", "fx-drifted", "content", "one")}),
 	}
 	if err := cp.Client.Create(ctx, program); err != nil {
 		t.Fatal(err)
@@ -134,7 +138,7 @@ func TestCaptureHealthFixtures(t *testing.T) {
 	programGVK := schema.GroupVersionKind{Group: "pulumi.com", Version: "v1", Kind: "Program"}
 	updateHas := func(name, typ string, status metav1.ConditionStatus) bool {
 		u := fixtureGet(t, updateGVK, e.ns, name)
-		return u != nil && conditionStatus(u, typ) == status
+		return u != nil && fixtureConditionStatus(u, typ) == status
 	}
 
 	steps := []fixtureStep{
@@ -149,7 +153,7 @@ func TestCaptureHealthFixtures(t *testing.T) {
 				return false
 			}
 			ws := fixtureGet(t, workspaceGVK, e.ns, "deployed")
-			return ws != nil && conditionStatus(ws, "Ready") == metav1.ConditionTrue
+			return ws != nil && fixtureConditionStatus(ws, "Ready") == metav1.ConditionTrue
 		}, do: func(u *unstructured.Unstructured, s *pulumiv1.Stack) {
 			rec.capture("stack-succeeded", u)
 			rec.capture("update-succeeded", fixtureGet(t, updateGVK, e.ns, s.Status.LastUpdate.Name))
@@ -177,11 +181,35 @@ func TestCaptureHealthFixtures(t *testing.T) {
 			rec.capture("stack-succeeded-program", u)
 			rec.capture("program-ready", fixtureGet(t, programGVK, e.ns, "fx-program"))
 		}},
-		// Deleted while its up runs: the up finishes, then the destroy runs.
-		{name: "delete destroyed", stack: "destroyed", when: func(s *pulumiv1.Stack) bool { return runningMsg(s, "up") },
-			do: func(_ *unstructured.Unstructured, s *pulumiv1.Stack) { fixtureDelete(t, s) }},
+		{name: "stack-stalled-source", stack: "no-branch", when: func(s *pulumiv1.Stack) bool {
+			c := condition(s, pulumiv1.StalledCondition)
+			return c != nil && c.Reason == pulumiv1.StalledSourceUnavailableReason
+		}, do: rec.captureAs("stack-stalled-source")},
+		// Its record edited out of band: the next drift check reports it.
+		{name: "tamper drifted", stack: "drifted", when: ready, do: func(*unstructured.Unstructured, *pulumiv1.Stack) {
+			if err := os.WriteFile(filepath.Join(e.pe.RecordsDir, "fx-drifted"), []byte("tampered"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "stack-drift-detected", stack: "drifted", after: "tamper drifted", when: func(s *pulumiv1.Stack) bool {
+			c := condition(s, pulumiv1.DriftDetectedCondition)
+			return c != nil && c.Status == metav1.ConditionTrue && s.Status.DriftCheck != nil && s.Status.DriftCheck.Update == ""
+		}, do: rec.captureAs("stack-drift-detected")},
+		// Deleted while its second up runs: the up finishes, then the destroy
+		// runs. (Deleted during its first update, a Stack has no lastUpdate and
+		// the operator removes it without a destroy.)
+		{name: "slow up destroyed", stack: "destroyed", when: ready, do: func(_ *unstructured.Unstructured, s *pulumiv1.Stack) {
+			mutateStack(t, s, func(s *pulumiv1.Stack) {
+				s.Spec.Config = cfg("recordName", "fx-destroyed", "content", "two", "sleep", 20)
+			})
+		}},
+		{name: "delete destroyed", stack: "destroyed", after: "slow up destroyed", when: func(s *pulumiv1.Stack) bool {
+			return s.Status.CurrentUpdate != nil && s.Status.CurrentUpdate.Generation == 2
+		}, do: func(_ *unstructured.Unstructured, s *pulumiv1.Stack) { fixtureDelete(t, s) }},
 		{name: "stack-deleting-update-running", stack: "destroyed", after: "delete destroyed", when: func(s *pulumiv1.Stack) bool {
-			return s.DeletionTimestamp != nil && runningMsg(s, "up")
+			// Once the operator has seen the deletion (generation 3).
+			c := condition(s, pulumiv1.ReconcilingCondition)
+			return s.DeletionTimestamp != nil && runningMsg(s, "up") && c.ObservedGeneration == s.Generation
 		}, do: rec.captureAs("stack-deleting-update-running")},
 		{name: "stack-deleting-destroy-running", stack: "destroyed", after: "stack-deleting-update-running", when: func(s *pulumiv1.Stack) bool {
 			return s.DeletionTimestamp != nil && reconciling(s, pulumiv1.ReconcilingDeletingReason) && s.Status.CurrentUpdate != nil
@@ -222,17 +250,20 @@ func TestCaptureHealthFixtures(t *testing.T) {
 	stopOperator()
 	stalled := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "stalled"}}
 	mutateStack(t, stalled, func(s *pulumiv1.Stack) { s.Spec.Config = cfg("recordName", "fx-stalled", "content", "fixed") })
-	rec.capture("stack-new-generation", fixtureGet(t, stackGVK, e.ns, "stalled"))
-	deployed := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "deployed"}}
-	mutateStack(t, deployed, func(s *pulumiv1.Stack) {
-		s.Annotations[pulumiv1.ReconcileRequestAnnotation] = "2025-01-01T00:00:00Z-fixture"
-	})
-	rec.capture("stack-reconcile-requested", fixtureGet(t, stackGVK, e.ns, "deployed"))
+	rec.capture("stack-new-generation", fixtureGet(t, fixtureStackGVK, e.ns, "stalled"))
+	// A merge patch, as kubectl or Argo CD would send: a typed update would
+	// also drop spec.preview: false and bump the generation.
+	deployed := fixtureGet(t, fixtureStackGVK, e.ns, "deployed")
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"2025-01-01T00:00:00Z-fixture"}}}`, pulumiv1.ReconcileRequestAnnotation)
+	if err := cp.Client.Patch(ctx, deployed, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+	rec.capture("stack-reconcile-requested", fixtureGet(t, fixtureStackGVK, e.ns, "deployed"))
 
 	rec.finish()
 }
 
-var stackGVK = schema.GroupVersionKind{Group: "pulumi.com", Version: "v1", Kind: "Stack"}
+var fixtureStackGVK = schema.GroupVersionKind{Group: "pulumi.com", Version: "v1", Kind: "Stack"}
 
 // fixtureStep waits for a Stack to satisfy when, then runs do (capture or
 // trigger); gone waits for the Stack to disappear.
@@ -245,54 +276,83 @@ type fixtureStep struct {
 	gone  bool
 }
 
-// runFixtureSteps polls the namespace's Stacks (one list every 50ms, so
-// states lasting a second are seen) and runs each step when it applies.
+// runFixtureSteps watches the namespace's Stacks, so that every state the
+// operator writes is seen however briefly it lasts, and runs each step on the
+// first state that satisfies it.
 func runFixtureSteps(t *testing.T, ns string, steps []fixtureStep, timeout time.Duration) {
 	t.Helper()
-	done := map[string]bool{}
-	deadline := time.Now().Add(timeout)
+	wc, err := client.NewWithWatch(cp.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	startWatch := func() <-chan watch.Event {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(fixtureStackGVK.GroupVersion().WithKind("StackList"))
+		w, err := wc.Watch(ctx, list, client.InNamespace(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.ResultChan()
+	}
+	events := startWatch()
+	latest := map[string]*unstructured.Unstructured{}
+	done, seen := map[string]bool{}, map[string]bool{}
+	evaluate := func() {
+		for _, st := range steps {
+			if done[st.name] || (st.after != "" && !done[st.after]) {
+				continue
+			}
+			u, ok := latest[st.stack]
+			switch {
+			case st.gone:
+				if !ok {
+					done[st.name] = true
+				}
+			case !ok && seen[st.stack]:
+				t.Fatalf("stack %s disappeared before %s", st.stack, st.name)
+			case ok:
+				seen[st.stack] = true
+				if s := fixtureToStack(t, u); st.when(s) {
+					st.do(u.DeepCopy(), s)
+					done[st.name] = true
+				}
+			}
+		}
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	for len(done) < len(steps) {
-		if time.Now().After(deadline) {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				events = startWatch() // the server ended the watch: start again
+				continue
+			}
+			u, isObj := ev.Object.(*unstructured.Unstructured)
+			switch {
+			case ev.Type == watch.Error || !isObj:
+				t.Fatalf("watching stacks: %v", ev.Object)
+			case ev.Type == watch.Deleted:
+				delete(latest, u.GetName())
+			default:
+				latest[u.GetName()] = u
+			}
+			evaluate()
+		case <-tick.C:
+			// Steps may also wait on other objects (an Update, a Workspace).
+			evaluate()
+		case <-ctx.Done():
 			var pending []string
 			for _, st := range steps {
 				if !done[st.name] {
-					s := fixtureStack(t, stackGVK, ns, st.stack)
-					b, _ := json.Marshal(s)
+					b, _ := json.Marshal(latest[st.stack])
 					pending = append(pending, fmt.Sprintf("%s (stack %s: %s)", st.name, st.stack, b))
 				}
 			}
 			t.Fatalf("timed out after %s; pending:\n%s", timeout, strings.Join(pending, "\n"))
 		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(stackGVK.GroupVersion().WithKind("StackList"))
-		if err := cp.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		byName := map[string]*unstructured.Unstructured{}
-		for i := range list.Items {
-			byName[list.Items[i].GetName()] = &list.Items[i]
-		}
-		for _, st := range steps {
-			if done[st.name] || (st.after != "" && !done[st.after]) {
-				continue
-			}
-			u, ok := byName[st.stack]
-			if st.gone {
-				if !ok {
-					done[st.name] = true
-				}
-				continue
-			}
-			if !ok {
-				continue
-			}
-			s := toStack(t, u)
-			if st.when(s) {
-				st.do(u.DeepCopy(), s)
-				done[st.name] = true
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -307,7 +367,7 @@ func runFixtureAction(t *testing.T, ns, name, action, want string, acted func(*p
 		t.Fatal(err)
 	}
 	vm := lua.VM{ResourceOverrides: overrides}
-	live := fixtureGet(t, stackGVK, ns, name)
+	live := fixtureGet(t, fixtureStackGVK, ns, name)
 	def, err := vm.GetResourceAction(live, action)
 	if err != nil {
 		t.Fatal(err)
@@ -350,14 +410,6 @@ func fixtureGet(t *testing.T, gvk schema.GroupVersionKind, ns, name string) *uns
 	return u
 }
 
-func fixtureStack(t *testing.T, gvk schema.GroupVersionKind, ns, name string) map[string]any {
-	u := fixtureGet(t, gvk, ns, name)
-	if u == nil {
-		return nil
-	}
-	return map[string]any{"metadata": map[string]any{"deletionTimestamp": u.GetDeletionTimestamp(), "generation": u.GetGeneration()}, "status": u.Object["status"]}
-}
-
 func fixtureDelete(t *testing.T, s *pulumiv1.Stack) {
 	t.Helper()
 	if err := cp.Client.Delete(context.Background(), s); err != nil {
@@ -365,7 +417,7 @@ func fixtureDelete(t *testing.T, s *pulumiv1.Stack) {
 	}
 }
 
-func toStack(t *testing.T, u *unstructured.Unstructured) *pulumiv1.Stack {
+func fixtureToStack(t *testing.T, u *unstructured.Unstructured) *pulumiv1.Stack {
 	t.Helper()
 	s := &pulumiv1.Stack{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, s); err != nil {
@@ -374,7 +426,7 @@ func toStack(t *testing.T, u *unstructured.Unstructured) *pulumiv1.Stack {
 	return s
 }
 
-func conditionStatus(u *unstructured.Unstructured, typ string) metav1.ConditionStatus {
+func fixtureConditionStatus(u *unstructured.Unstructured, typ string) metav1.ConditionStatus {
 	raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	var conds []metav1.Condition
 	for _, r := range raw {
