@@ -29,6 +29,7 @@ func cliUp(t *testing.T, pe *substrate.Pulumi, dir string, config ...string) *ex
 	cmd.Env = pe.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "cli.log"))
+	cliLogs = append(cliLogs, logf.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +39,9 @@ func cliUp(t *testing.T, pe *substrate.Pulumi, dir string, config ...string) *ex
 	}
 	return cmd
 }
+
+// cliLogs are the CLI runs' output files, for failure messages.
+var cliLogs []string
 
 // waitForLock waits until the backend holds a lock on the stack.
 func waitForLock(t *testing.T, pe *substrate.Pulumi) {
@@ -107,8 +111,17 @@ func TestStaleLockFromKilledRunIsRecovered(t *testing.T) {
 // reported as a conflict and its lock is left alone.
 func TestLiveLockIsAConflict(t *testing.T) {
 	pe, repo, c := setupStack(t)
-	cmd := cliUp(t, pe, repo.Work, "content=v3", "sleep=8")
+	cmd := cliUp(t, pe, repo.Work, "content=v3", "sleep=15")
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	waitForLock(t, pe)
+	time.Sleep(2 * time.Second) // into the slow update step
+	select {
+	case err := <-exited:
+		out, _ := os.ReadFile(cliLogs[len(cliLogs)-1])
+		t.Fatalf("the concurrent pulumi up ended before the test could race it (%v):\n%s", err, out)
+	default:
+	}
 
 	start(t, c, "up-2", agentv1.OperationType_OPERATION_TYPE_UP)
 	res, _ := wait(t, c, "up-2")
@@ -118,7 +131,7 @@ func TestLiveLockIsAConflict(t *testing.T) {
 	if len(res.Notices) != 0 {
 		t.Fatalf("a live lock was treated as stale: %q", res.Notices)
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := <-exited; err != nil {
 		t.Fatalf("the live update failed after the conflict (its lock was broken?): %v", err)
 	}
 	if got, _ := pe.Record(t, "agent-record"); got != "v3" {
