@@ -245,12 +245,7 @@ func (r *StackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 	base := s.DeepCopy()
 	defer func() {
 		r.recordEvent(base, s)
-		if equality.Semantic.DeepEqual(base.Status, s.Status) {
-			return
-		}
-		if err := r.Status().Patch(ctx, s, client.MergeFrom(base)); err != nil && retErr == nil {
-			retErr = client.IgnoreNotFound(err)
-		}
+		writeStatus(ctx, r.Client, base, s, !equality.Semantic.DeepEqual(base.Status, s.Status), &retErr)
 	}()
 
 	if !s.DeletionTimestamp.IsZero() {

@@ -118,12 +118,7 @@ func (r *UpdateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res
 	}
 	base := u.DeepCopy()
 	defer func() {
-		if equality.Semantic.DeepEqual(base.Status, u.Status) {
-			return
-		}
-		if err := r.Status().Patch(ctx, u, client.MergeFrom(base)); err != nil && retErr == nil {
-			retErr = client.IgnoreNotFound(err)
-		}
+		writeStatus(ctx, r.Client, base, u, !equality.Semantic.DeepEqual(base.Status, u.Status), &retErr)
 	}()
 	if !u.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil

@@ -83,12 +83,7 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	base := ws.DeepCopy()
 	defer func() {
-		if equality.Semantic.DeepEqual(base.Status, ws.Status) {
-			return
-		}
-		if err := r.Status().Patch(ctx, ws, client.MergeFrom(base)); err != nil && retErr == nil {
-			retErr = client.IgnoreNotFound(err)
-		}
+		writeStatus(ctx, r.Client, base, ws, !equality.Semantic.DeepEqual(base.Status, ws.Status), &retErr)
 	}()
 
 	if !ws.DeletionTimestamp.IsZero() {

@@ -180,9 +180,6 @@ func resyncInterval(s *pulumiv1.Stack) time.Duration {
 	return 0
 }
 
-// ResyncInterval is exported for the controller's requeue of tracked branches.
-func ResyncInterval(s *pulumiv1.Stack) time.Duration { return resyncInterval(s) }
-
 func short(rev string) string {
 	if len(rev) > 12 {
 		return rev[:12]

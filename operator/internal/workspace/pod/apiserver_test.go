@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -147,6 +148,23 @@ func TestAPIServerAcceptsObjects(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent := sts.DeepCopy()
+			if len(tt.wantWarnings) > 0 {
+				// Pod Security admission learns a new namespace's labels
+				// through an informer: wait (with dry runs) until it enforces
+				// them, so the warnings below are the real ones.
+				deadline := time.Now().Add(15 * time.Second)
+				for {
+					warnings.take()
+					probe := sts.DeepCopy()
+					if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
+						t.Fatalf("dry run: %v", err)
+					}
+					if len(warnings.take()) > 0 || time.Now().After(deadline) {
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+			}
 			warnings.take()
 			if err := c.Create(ctx, sts, strict); err != nil {
 				t.Fatalf("StatefulSet rejected: %v", err)
