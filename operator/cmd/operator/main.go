@@ -46,6 +46,7 @@ func main() {
 	flag.DurationVar(&opts.GitPollInterval, "git-poll-interval", time.Minute, "how long a branch listing serves every Stack of a repository (relax to 5-10m with the push webhook)")
 	flag.StringVar(&opts.WebhookAddr, "webhook-bind-address", "", "serve the GitHub push webhook at /webhooks/github on this address (empty: off)")
 	flag.StringVar(&webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (required with --webhook-bind-address)")
+	flag.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "metrics address (0 disables)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address")
@@ -100,4 +101,12 @@ func main() {
 		log.Error(err, "The operator stopped")
 		os.Exit(1)
 	}
+}
+
+// envOr is the variable's value, or def when it is unset.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

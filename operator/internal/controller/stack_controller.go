@@ -2,10 +2,8 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,13 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -46,7 +41,22 @@ const (
 	configMapsField   = "stackflow.configmaps"
 	secretsField      = "stackflow.secrets"
 	repositoryField   = "stackflow.repository"
+	fluxSourceField   = "stackflow.fluxsource"
 )
+
+func objectName(o client.Object) string { return o.GetName() }
+
+// fluxSourceKey is "<Kind>/<name>" of the Flux source a Stack uses.
+func fluxSourceKey(s *pulumiv1.Stack) []string {
+	if fs := s.Spec.FluxSource; fs != nil {
+		return []string{fs.SourceRef.Kind + "/" + fs.SourceRef.Name}
+	}
+	return nil
+}
+
+func fluxObjectKey(o client.Object) string {
+	return o.GetObjectKind().GroupVersionKind().Kind + "/" + o.GetName()
+}
 
 // BranchResolver resolves a branch head; gitresolve.Branch in production.
 type BranchResolver func(ctx context.Context, url, branch string, auth gitresolve.Auth) (string, error)
@@ -66,12 +76,16 @@ type StackReconciler struct {
 	// CRD's minimum is 60 s): for tests and local demos only.
 	ResyncOverride time.Duration
 
-	// wake carries Stacks to reconcile now (a push to their repository).
-	wake chan event.GenericEvent
+	// APIReader reads around the cache: before an Update starts, the Stack
+	// it was decided on is checked to be current. Default: the manager's.
+	APIReader client.Reader
+	// DigestKey keys the digests of referenced inputs (status.lastUpdate.
+	// inputsDigest), so they reveal nothing about Secret values.
+	DigestKey []byte
+	// Git, when set, is the shared resolver whose listings a push
+	// (pushAnnotation) invalidates.
+	Git *gitresolve.Shared
 
-	// conflictUntil delays the retry of an update that met a concurrent
-	// update: conflicts are retried, not counted as failures.
-	conflictUntil sync.Map // types.UID → time.Time
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -81,6 +95,9 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Now == nil {
 		r.Now = time.Now
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	registerStackStates.Do(func() { metrics.Registry.MustRegister(stackStates{reader: mgr.GetClient()}) })
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, prerequisiteField, func(o client.Object) []string {
@@ -100,30 +117,34 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	for field, names := range map[string]func(*pulumiv1.Stack) []string{configMapsField: referencedConfigMaps, secretsField: referencedSecrets, repositoryField: trackedRepository} {
+	for field, names := range map[string]func(*pulumiv1.Stack) []string{configMapsField: referencedConfigMaps, secretsField: referencedSecrets, repositoryField: trackedRepository, fluxSourceField: fluxSourceKey} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, field, func(o client.Object) []string {
 			return names(o.(*pulumiv1.Stack))
 		}); err != nil {
 			return err
 		}
 	}
-	r.wake = make(chan event.GenericEvent, 4096)
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&pulumiv1.Stack{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&autov1alpha1.Workspace{}).
 		Owns(&autov1alpha1.Update{}).
 		// A Stack's status change wakes the Stacks that list it as a
 		// prerequisite.
-		Watches(&pulumiv1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.indexed(prerequisiteField))).
+		Watches(&pulumiv1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.indexed(prerequisiteField, objectName))).
 		// A Program's new artifact wakes the Stacks that use it.
-		Watches(&pulumiv1.Program{}, handler.EnqueueRequestsFromMapFunc(r.indexed(programRefField))).
+		Watches(&pulumiv1.Program{}, handler.EnqueueRequestsFromMapFunc(r.indexed(programRefField, objectName))).
 		// A ConfigMap or Secret a Stack refers to appearing or changing wakes it:
 		// a Stack stalled on a missing reference recovers by itself.
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField))).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.indexed(secretsField))).
-		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField, objectName))).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.indexed(secretsField, objectName))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	// Flux sources are watched once their CRDs are served (Flux may be
+	// installed after the operator, or never).
+	return mgr.Add(&fluxWatcher{ctrl: c, cache: mgr.GetCache(), config: mgr.GetConfig(), mapFunc: r.indexed(fluxSourceField, fluxObjectKey)})
 }
 
 // trackedRepository is the normalized repository of a Stack tracking a branch.
@@ -134,9 +155,13 @@ func trackedRepository(s *pulumiv1.Stack) []string {
 	return []string{gitresolve.NormalizeURL(s.Spec.ProjectRepo)}
 }
 
-// WakeRepository reconciles now every Stack tracking branch of the repository
-// (given in any of its URL forms), and returns how many it woke.
-func (r *StackReconciler) WakeRepository(ctx context.Context, urls []string, branch string) int {
+// NotePush records a verified push on every Stack tracking the pushed branch
+// of the repository (given in any of its URL forms), as the PushAnnotation
+// with the push's token, and returns how many it marked. The annotation change
+// reconciles each Stack on the leader, whichever replica received the push,
+// and a push is not lost when the leader changes; the first reconcile lists
+// the repository afresh for all of them (gitresolve.Shared.InvalidateOnce).
+func (r *StackReconciler) NotePush(ctx context.Context, urls []string, branch, token string) (int, error) {
 	n := 0
 	seen := map[string]bool{}
 	for _, u := range urls {
@@ -147,23 +172,21 @@ func (r *StackReconciler) WakeRepository(ctx context.Context, urls []string, bra
 		seen[key] = true
 		var list pulumiv1.StackList
 		if err := r.List(ctx, &list, client.MatchingFields{repositoryField: key}); err != nil {
-			log.FromContext(ctx).Error(err, "Listing Stacks of a pushed repository failed")
-			continue
+			return n, fmt.Errorf("list the Stacks of a pushed repository: %w", err)
 		}
 		for i := range list.Items {
 			s := &list.Items[i]
 			if strings.TrimPrefix(s.Spec.Branch, "refs/heads/") != branch {
 				continue
 			}
-			select {
-			case r.wake <- event.GenericEvent{Object: s}:
-				n++
-			case <-ctx.Done():
-				return n
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, PushAnnotation, token)
+			if err := r.Patch(ctx, s, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
+				return n, fmt.Errorf("mark stack %s/%s: %w", s.Namespace, s.Name, err)
 			}
+			n++
 		}
 	}
-	return n
+	return n, nil
 }
 
 // referencedConfigMaps lists the ConfigMaps a Stack reads.
@@ -212,11 +235,11 @@ func referencedSecrets(s *pulumiv1.Stack) []string {
 }
 
 // indexed maps an object to the Stacks in its namespace whose index field
-// names it.
-func (r *StackReconciler) indexed(field string) handler.MapFunc {
+// holds the object's key.
+func (r *StackReconciler) indexed(field string, key func(client.Object) string) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list pulumiv1.StackList
-		if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{field: o.GetName()}); err != nil {
+		if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{field: key(o)}); err != nil {
 			return nil
 		}
 		reqs := make([]reconcile.Request, 0, len(list.Items))
@@ -234,248 +257,155 @@ func (r *StackReconciler) indexed(field string) handler.MapFunc {
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces;updates,verbs=get;list;watch;create;update;patch;delete
 
-// Reconcile converges one Stack: finish the running update, resolve the
-// source and inputs, decide, then wait for prerequisites and the workspace and
-// start an update.
+// stackScope is what one reconcile of a Stack has learned so far.
+type stackScope struct {
+	stack    *pulumiv1.Stack
+	src      stack.Source
+	inputs   stack.Inputs
+	ws       *autov1alpha1.Workspace
+	decision stack.Decision
+	// requeue is when an up-to-date Stack looks again.
+	requeue time.Duration
+	// skipStatus: the Stack read from the cache is older than the stored
+	// one; writing its status would fail, so the reconcile only requeues.
+	skipStatus bool
+}
+
+// stackStep is one reconcile step: nil to go on, or an error that ends the
+// reconcile (see summarize).
+type stackStep func(ctx context.Context, sc *stackScope) error
+
+// Reconcile converges one Stack: record the update that finished, resolve
+// the source and inputs, derive the Workspace, decide, then wait for
+// prerequisites and the workspace and start an update. Every fact a decision
+// needs is in the Stack's status, written once at the end.
 func (r *StackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	s := &pulumiv1.Stack{}
 	if err := r.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	sc := &stackScope{stack: s}
 	base := s.DeepCopy()
-	defer func() {
-		r.recordEvent(base, s)
-		writeStatus(ctx, r.Client, base, s, !equality.Semantic.DeepEqual(base.Status, s.Status), &retErr)
-	}()
+	defer func() { r.finish(ctx, base, sc, &retErr) }()
 
 	if !s.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, s)
+		return r.summarize(sc, r.reconcileDelete(ctx, sc))
 	}
-	if controllerutil.AddFinalizer(s, StackFinalizer) {
-		if err := r.Update(ctx, s); err != nil {
-			return ctrl.Result{}, err
+	for _, step := range []stackStep{
+		r.reconcileFinalizer, r.reconcileCurrentUpdate, r.reconcileSource, r.reconcileInputs, r.reconcileWorkspaceSpec,
+		r.reconcileDecision, r.reconcilePrerequisites, r.reconcileWorkspace, r.reconcileStart,
+	} {
+		if err := step(ctx, sc); err != nil {
+			return r.summarize(sc, err)
 		}
 	}
-	if running, res, err := r.reconcileCurrentUpdate(ctx, s); running || err != nil {
-		return res, err
-	}
-	src, err := r.resolveSource(ctx, s)
-	if err != nil {
-		return r.stalledOrRetry(s, err, pulumiv1.StalledSourceUnavailableReason)
-	}
-	inputs, err := r.readInputs(ctx, s, src)
-	if err != nil {
-		return r.stalledOrRetry(s, err, pulumiv1.StalledSourceUnavailableReason)
-	}
-	ws, err := stack.Workspace(s, inputs)
-	if err != nil {
-		return r.stalledOrRetry(s, err, pulumiv1.StalledSpecInvalidReason)
-	}
-	return r.reconcileDecision(ctx, s, src, ws)
+	return r.summarize(sc, nil)
 }
 
-// reconcileDecision applies the policy's verdict.
-func (r *StackReconciler) reconcileDecision(ctx context.Context, s *pulumiv1.Stack, src stack.Source, ws *autov1alpha1.Workspace) (ctrl.Result, error) {
-	busy, drifted, err := r.finishDriftCheck(ctx, s)
-	if err != nil || busy {
-		// A drift check is running: nothing else runs on the stack meanwhile;
-		// its Update's completion wakes the Stack.
-		return ctrl.Result{}, err
+// finish writes the status (once, with optimistic locking, so a reconcile
+// that worked from a stale copy cannot overwrite a newer status), then
+// mirrors the Ready condition as an event and releases the Updates whose
+// results the status now records.
+func (r *StackReconciler) finish(ctx context.Context, base *pulumiv1.Stack, sc *stackScope, retErr *error) {
+	s := sc.stack
+	if sc.skipStatus {
+		return
 	}
-	now := r.Now()
-	d := stack.Decide(stack.Input{Stack: s, Revision: src.Revision, Now: now})
-	if drifted && s.Spec.DriftDetection.Remediate && d.Action == stack.UpToDate {
-		d = stack.Decision{Action: stack.Run, UpdateType: autov1alpha1.UpType, Reason: "remediating drift"}
+	if !equality.Semantic.DeepEqual(base.Status, s.Status) {
+		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+		if err := r.Status().Patch(ctx, s, patch); err != nil {
+			if *retErr == nil {
+				*retErr = client.IgnoreNotFound(err)
+			}
+			return
+		}
 	}
-	if until, ok := r.conflictUntil.Load(s.UID); ok && now.Before(until.(time.Time)) && d.Action == stack.Run {
-		markReconciling(s, pulumiv1.ReconcilingRetryReason, "another update holds the stack; retrying shortly")
-		return ctrl.Result{RequeueAfter: until.(time.Time).Sub(now)}, nil
+	r.recordEvent(base, s)
+	if err := r.releaseUpdates(ctx, s); err != nil && *retErr == nil {
+		*retErr = err
 	}
+}
+
+func (r *StackReconciler) reconcileFinalizer(ctx context.Context, sc *stackScope) error {
+	if controllerutil.AddFinalizer(sc.stack, StackFinalizer) {
+		return r.Update(ctx, sc.stack)
+	}
+	return nil
+}
+
+// reconcileSource resolves the revision to deploy.
+func (r *StackReconciler) reconcileSource(ctx context.Context, sc *stackScope) error {
+	src, err := r.resolveSource(ctx, sc.stack)
+	if err != nil {
+		return r.classifySourceError(sc.stack, err)
+	}
+	sc.src = src
+	return nil
+}
+
+// reconcileInputs reads the referenced ConfigMaps and Secrets.
+func (r *StackReconciler) reconcileInputs(ctx context.Context, sc *stackScope) error {
+	in, err := r.readInputs(ctx, sc.stack, sc.src)
+	if err != nil {
+		return r.classifySourceError(sc.stack, err)
+	}
+	sc.inputs = in
+	return nil
+}
+
+// reconcileWorkspaceSpec derives the Workspace the Stack needs.
+func (r *StackReconciler) reconcileWorkspaceSpec(_ context.Context, sc *stackScope) error {
+	ws, err := stack.Workspace(sc.stack, sc.inputs)
+	if err != nil {
+		return r.classifySourceError(sc.stack, err)
+	}
+	sc.ws = ws
+	return nil
+}
+
+// reconcileDecision applies the policy: up to date (look again later), retry
+// later, stalled, or run.
+func (r *StackReconciler) reconcileDecision(ctx context.Context, sc *stackScope) error {
+	s := sc.stack
+	d := stack.Decide(stack.Input{Stack: s, Revision: sc.src.Revision, InputsDigest: sc.inputs.Digest, Now: r.Now(), ResyncOverride: r.ResyncOverride})
+	sc.decision = d
 	switch d.Action {
 	case stack.UpToDate:
-		markReady(s)
-		if res, started, err := r.reconcileDrift(ctx, s, src, ws); err != nil || started || (res.RequeueAfter > 0 && (d.RequeueAfter == 0 || res.RequeueAfter < d.RequeueAfter)) {
-			return res, err
+		sc.requeue = d.RequeueAfter
+		if err := r.reclaimWorkspace(ctx, s); err != nil {
+			return err
 		}
-		requeue := d.RequeueAfter
-		if r.ResyncOverride > 0 && requeue > 0 {
-			requeue = r.ResyncOverride
-		}
-		return r.reclaimWorkspace(ctx, s, requeue)
+		return errUpToDate
 	case stack.Stall:
-		markStalled(s, pulumiv1.StalledUpdateFailedReason, d.Reason)
-		return ctrl.Result{}, nil
+		return &stallingError{reason: d.Condition, msg: d.Reason, requeue: d.RequeueAfter}
 	case stack.Retry:
-		markReconciling(s, pulumiv1.ReconcilingRetryReason, d.Reason)
-		return ctrl.Result{RequeueAfter: d.RequeueAfter}, nil
+		return &waitingError{reason: d.Condition, msg: d.Reason, requeue: d.RequeueAfter}
 	}
-	if waiting, res, err := r.reconcilePrerequisites(ctx, s); waiting || err != nil {
-		return res, err
-	}
-	ready, err := r.reconcileWorkspace(ctx, s, ws)
-	if err != nil || !ready {
-		return ctrl.Result{}, err
-	}
-	u, err := stack.Update(s, d.UpdateType, src.Revision, "Stackflow: "+d.Reason)
-	if err != nil {
-		return r.stalledOrRetry(s, err, pulumiv1.StalledSpecInvalidReason)
-	}
-	if drifted {
-		refresh := true
-		u.Spec.Refresh = &refresh
-		u.Name += "-remediate"
-	}
-	if err := controllerutil.SetControllerReference(s, u, r.Scheme()); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
-		return ctrl.Result{}, fmt.Errorf("create update: %w", err)
-	}
-	s.Status.CurrentUpdate = &pulumiv1.CurrentStackUpdate{
-		Name: u.Name, Generation: s.Generation, Commit: src.Revision,
-		ReconcileRequest: s.Annotations[pulumiv1.ReconcileRequestAnnotation],
-	}
-	markReconciling(s, pulumiv1.ReconcilingProcessingReason, fmt.Sprintf("%s %s running for %s (%s)", d.UpdateType, u.Name, shortRev(src.Revision), d.Reason))
-	log.FromContext(ctx).Info("Started update", "update", u.Name, "type", d.UpdateType, "revision", src.Revision, "reason", d.Reason)
-	// The Update's completion wakes the Stack through the Owns watch.
-	return ctrl.Result{}, nil
+	return nil
 }
 
-// reconcileCurrentUpdate follows the update in flight; when it has ended,
-// records its result and clears it. running reports an update still going.
-func (r *StackReconciler) reconcileCurrentUpdate(ctx context.Context, s *pulumiv1.Stack) (bool, ctrl.Result, error) {
-	cu := s.Status.CurrentUpdate
-	if cu == nil {
-		return false, ctrl.Result{}, nil
-	}
-	var u autov1alpha1.Update
-	err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: cu.Name}, &u)
-	if apierrors.IsNotFound(err) {
-		s.Status.CurrentUpdate = nil // deleted before it finished: decide again
-		return false, ctrl.Result{}, nil
-	}
-	if err != nil {
-		return true, ctrl.Result{}, err
-	}
-	complete := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete)
-	if complete == nil || complete.Status != metav1.ConditionTrue {
-		markReconciling(s, pulumiv1.ReconcilingProcessingReason, fmt.Sprintf("%s %s running for %s", u.Spec.Type, u.Name, shortRev(cu.Commit)))
-		return true, ctrl.Result{}, nil
-	}
-	s.Status.CurrentUpdate = nil
-	if complete.Reason == autov1alpha1.UpdateReasonConflict && u.Spec.Type != autov1alpha1.DestroyType {
-		// Not a program failure: retry after a pause, without counting it.
-		r.conflictUntil.Store(s.UID, r.Now().Add(stack.FirstRetry))
-		if !s.Spec.RetryOnUpdateConflict {
-			markStalled(s, pulumiv1.StalledConflictReason, "another update holds the stack: "+u.Status.Message+"; set retryOnUpdateConflict to retry automatically, or request a reconciliation")
-			return true, ctrl.Result{}, nil
-		}
-		return false, ctrl.Result{}, nil
-	}
-	r.recordResult(ctx, s, cu, &u, complete)
-	return false, ctrl.Result{}, nil
-}
-
-// recordResult writes lastUpdate and outputs from a finished Update.
-func (r *StackReconciler) recordResult(ctx context.Context, s *pulumiv1.Stack, cu *pulumiv1.CurrentStackUpdate, u *autov1alpha1.Update, complete *metav1.Condition) {
-	prev := s.Status.LastUpdate
-	lu := &pulumiv1.StackUpdateState{
-		Generation: cu.Generation, ReconcileRequest: cu.ReconcileRequest, Name: u.Name, Type: u.Spec.Type,
-		Message: u.Status.Message, LastAttemptedCommit: cu.Commit, Permalink: pulumiv1.Permalink(u.Status.Permalink),
-		LastResyncTime: u.Status.EndTime,
-	}
-	if lu.LastResyncTime.IsZero() {
-		lu.LastResyncTime = metav1.NewTime(r.Now())
-	}
-	if prev != nil {
-		lu.LastSuccessfulCommit = prev.LastSuccessfulCommit
-	}
-	if complete.Reason == autov1alpha1.UpdateReasonSucceeded {
-		lu.State = pulumiv1.SucceededStackStateMessage
-		if u.Spec.Type == autov1alpha1.UpType {
-			lu.LastSuccessfulCommit = cu.Commit
-			if u.Spec.Refresh != nil && *u.Spec.Refresh {
-				// An up with refresh put the infrastructure back in line.
-				apimeta.RemoveStatusCondition(&s.Status.Conditions, pulumiv1.DriftDetectedCondition)
-			}
-		}
-		if u.Spec.Type == autov1alpha1.UpType || u.Spec.Type == autov1alpha1.RefreshType {
-			if outs, err := r.readOutputs(ctx, u); err == nil {
-				s.Status.Outputs = outs
-			} else {
-				log.FromContext(ctx).Error(err, "Reading stack outputs failed", "update", u.Name)
-			}
-		}
-	} else {
-		lu.State = pulumiv1.FailedStackStateMessage
-		lu.Failures = 1
-		// Consecutive failures of the same spec and revision count up; a
-		// change starts the count again.
-		if prev != nil && prev.State == pulumiv1.FailedStackStateMessage && prev.Generation == cu.Generation && prev.LastAttemptedCommit == cu.Commit {
-			lu.Failures = prev.Failures + 1
-		}
-		stackFailuresTotal.Inc()
-	}
-	s.Status.LastUpdate = lu
-}
-
-// readOutputs reads an Update's outputs Secret, masking secret values.
-func (r *StackReconciler) readOutputs(ctx context.Context, u *autov1alpha1.Update) (pulumiv1.StackOutputs, error) {
-	if u.Status.Outputs == "" {
-		return nil, nil
-	}
-	var sec corev1.Secret
-	if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: u.Status.Outputs}, &sec); err != nil {
-		return nil, err
-	}
-	secret := map[string]bool{}
-	var keys []string
-	_ = jsonUnmarshal(sec.Annotations[SecretsAnnotation], &keys)
-	for _, k := range keys {
-		secret[k] = true
-	}
-	outs := pulumiv1.StackOutputs{}
-	for k, v := range sec.Data {
-		if secret[k] {
-			outs[k] = jsonValue(`"[secret]"`)
-			continue
-		}
-		outs[k] = jsonValue(string(v))
-	}
-	return outs, nil
-}
-
-// stalledOrRetry classifies an error: a spec the user must fix stalls; a
-// missing source or reference stalls too, but is looked at again (it may
-// appear); anything else is transient.
-func (r *StackReconciler) stalledOrRetry(s *pulumiv1.Stack, err error, reason string) (ctrl.Result, error) {
-	var specErr *stack.SpecError
-	var srcErr *sourceError
-	switch {
-	case errors.As(err, &specErr):
-		markStalled(s, pulumiv1.StalledSpecInvalidReason, err.Error())
-		return ctrl.Result{}, nil
-	case errors.As(err, &srcErr):
-		markStalled(s, reason, err.Error())
-		// Referenced objects wake the Stack when they appear; a repository or
-		// branch is looked at again after a while.
-		after := time.Minute
-		if r.ResyncOverride > 0 {
-			after = r.ResyncOverride
-		}
-		return ctrl.Result{RequeueAfter: after}, nil
-	}
-	return ctrl.Result{}, err
+// reconcileStart starts the update the decision asks for.
+func (r *StackReconciler) reconcileStart(ctx context.Context, sc *stackScope) error {
+	d := sc.decision
+	return r.startUpdate(ctx, sc, stack.Plan{
+		Type: d.UpdateType, Purpose: d.Purpose, Refresh: d.Refresh, Revision: sc.src.Revision,
+		InputsDigest: sc.inputs.Digest, Message: "Stackflow: " + d.Reason,
+	}, d.Reason)
 }
 
 // reconcilePrerequisites waits until each prerequisite's last up succeeded
-// (recently enough), asking stale ones to re-sync.
-func (r *StackReconciler) reconcilePrerequisites(ctx context.Context, s *pulumiv1.Stack) (bool, ctrl.Result, error) {
+// (recently enough), asking stale ones to re-sync. Drift checks change
+// nothing and do not wait.
+func (r *StackReconciler) reconcilePrerequisites(ctx context.Context, sc *stackScope) error {
+	s := sc.stack
+	if sc.decision.Purpose == pulumiv1.UpdatePurposeDriftCheck {
+		return nil
+	}
 	for _, p := range s.Spec.Prerequisites {
 		var other pulumiv1.Stack
 		err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: p.Name}, &other)
 		if err != nil && !apierrors.IsNotFound(err) {
-			return true, ctrl.Result{}, err
+			return err
 		}
 		pr := stack.Prerequisite{Name: p.Name, Found: err == nil, LastUpdate: other.Status.LastUpdate}
 		if p.Requirement != nil && p.Requirement.SucceededWithinDuration != nil {
@@ -487,15 +417,14 @@ func (r *StackReconciler) reconcilePrerequisites(ctx context.Context, s *pulumiv
 		}
 		if v.Resync {
 			if err := r.requestResync(ctx, &other); err != nil {
-				return true, ctrl.Result{}, err
+				return err
 			}
 		}
-		markReconciling(s, pulumiv1.ReconcilingPrerequisiteNotSatisfiedReason, v.Message)
 		// The prerequisite's status change wakes this Stack; the requeue
 		// covers a prerequisite that does not exist yet.
-		return true, ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+		return &waitingError{reason: pulumiv1.ReconcilingPrerequisiteNotSatisfiedReason, msg: v.Message, requeue: 30 * time.Second}
 	}
-	return false, ctrl.Result{}, nil
+	return nil
 }
 
 // requestResync sets a new reconciliation request on a stale prerequisite,
@@ -513,23 +442,24 @@ func (r *StackReconciler) requestResync(ctx context.Context, other *pulumiv1.Sta
 	return r.Patch(ctx, other, patch)
 }
 
-// reconcileWorkspace creates or updates the Stack's Workspace and reports
-// whether it is ready for the current spec.
-func (r *StackReconciler) reconcileWorkspace(ctx context.Context, s *pulumiv1.Stack, want *autov1alpha1.Workspace) (bool, error) {
+// reconcileWorkspace creates or updates the Stack's Workspace and waits until
+// it is ready for the current spec.
+func (r *StackReconciler) reconcileWorkspace(ctx context.Context, sc *stackScope) error {
+	s, want := sc.stack, sc.ws
 	if err := controllerutil.SetControllerReference(s, want, r.Scheme()); err != nil {
-		return false, err
+		return err
 	}
 	var cur autov1alpha1.Workspace
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), &cur)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := r.Create(ctx, want); err != nil {
-			return false, fmt.Errorf("create workspace: %w", err)
+			return createError(s, "workspace", err)
 		}
-		markReconciling(s, pulumiv1.ReconcilingProcessingReason, "waiting for the workspace to be created and ready")
-		return false, nil
+		// The Workspace's status changes wake the Stack (Owns).
+		return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: "waiting for the workspace to be created and ready"}
 	case err != nil:
-		return false, err
+		return err
 	}
 	if !equality.Semantic.DeepEqual(cur.Spec, want.Spec) || !equality.Semantic.DeepEqual(cur.Labels, want.Labels) {
 		cur.Spec, cur.Labels = want.Spec, want.Labels
@@ -537,117 +467,41 @@ func (r *StackReconciler) reconcileWorkspace(ctx context.Context, s *pulumiv1.St
 			cur.Annotations = want.Annotations
 		}
 		if err := r.Update(ctx, &cur); err != nil {
-			return false, fmt.Errorf("update workspace: %w", err)
+			return fmt.Errorf("update workspace: %w", err)
 		}
-		markReconciling(s, pulumiv1.ReconcilingProcessingReason, "waiting for the workspace to apply the new spec")
-		return false, nil
+		return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: "waiting for the workspace to apply the new spec"}
 	}
-	ready := apimeta.FindStatusCondition(cur.Status.Conditions, autov1alpha1.WorkspaceReady)
-	if ready == nil || ready.Status != metav1.ConditionTrue || cur.Status.ObservedGeneration != cur.Generation {
-		msg := "waiting for the workspace"
-		if ready != nil {
-			msg += ": " + ready.Message
-		}
-		if stalled := apimeta.FindStatusCondition(cur.Status.Conditions, autov1alpha1.WorkspaceStalled); stalled != nil && stalled.Status == metav1.ConditionTrue {
-			markStalled(s, pulumiv1.StalledWorkspaceFailedReason, "workspace failed: "+stalled.Message)
-			return false, nil
-		}
-		markReconciling(s, pulumiv1.ReconcilingProcessingReason, msg)
-		return false, nil
+	return workspaceReadiness(&cur)
+}
+
+// workspaceReadiness is nil for a Workspace ready for its spec, else why the
+// Stack waits (or is stalled).
+func workspaceReadiness(ws *autov1alpha1.Workspace) error {
+	ready := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceReady)
+	if ready != nil && ready.Status == metav1.ConditionTrue && ws.Status.ObservedGeneration == ws.Generation {
+		return nil
 	}
-	return true, nil
+	if stalled := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceStalled); stalled != nil && stalled.Status == metav1.ConditionTrue {
+		reason := pulumiv1.StalledWorkspaceFailedReason
+		if stalled.Reason == pulumiv1.StalledSourceUnavailableReason {
+			reason = pulumiv1.StalledSourceUnavailableReason
+		}
+		// The Workspace's recovery wakes the Stack.
+		return &stallingError{reason: reason, msg: "workspace failed: " + stalled.Message}
+	}
+	msg := "waiting for the workspace"
+	if ready != nil {
+		msg += ": " + ready.Message
+	}
+	return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: msg}
 }
 
 // reclaimWorkspace deletes the Workspace of an up-to-date Stack whose
 // workspaceReclaimPolicy is Delete.
-func (r *StackReconciler) reclaimWorkspace(ctx context.Context, s *pulumiv1.Stack, requeue time.Duration) (ctrl.Result, error) {
-	if s.Spec.WorkspaceReclaimPolicy == pulumiv1.WorkspaceReclaimDelete {
-		ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}
-		if err := r.Delete(ctx, ws); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	// Waiting for the next resync of a tracked branch (0: only on change).
-	return ctrl.Result{RequeueAfter: requeue}, nil
-}
-
-// reconcileDelete destroys the stack's resources when destroyOnFinalize asks,
-// then removes the Workspace and the finalizer. Prerequisites never block it.
-func (r *StackReconciler) reconcileDelete(ctx context.Context, s *pulumiv1.Stack) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(s, StackFinalizer) {
-		return ctrl.Result{}, nil
-	}
-	// An update in flight (even the first) may be creating resources: wait for
-	// it, then destroy.
-	if s.Spec.DestroyOnFinalize && (s.Status.LastUpdate != nil || s.Status.CurrentUpdate != nil) {
-		done, res, err := r.reconcileDestroy(ctx, s)
-		if !done || err != nil {
-			return res, err
-		}
+func (r *StackReconciler) reclaimWorkspace(ctx context.Context, s *pulumiv1.Stack) error {
+	if s.Spec.WorkspaceReclaimPolicy != pulumiv1.WorkspaceReclaimDelete {
+		return nil
 	}
 	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}
-	if err := r.Delete(ctx, ws); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, err
-	}
-	controllerutil.RemoveFinalizer(s, StackFinalizer)
-	if err := r.Update(ctx, s); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	return ctrl.Result{}, nil
-}
-
-// reconcileDestroy runs (and waits for) a destroy update.
-func (r *StackReconciler) reconcileDestroy(ctx context.Context, s *pulumiv1.Stack) (bool, ctrl.Result, error) {
-	if running, res, err := r.reconcileCurrentUpdate(ctx, s); running || err != nil {
-		return false, res, err
-	}
-	lu := s.Status.LastUpdate
-	if lu != nil && lu.Type == autov1alpha1.DestroyType && lu.State == pulumiv1.SucceededStackStateMessage {
-		return true, ctrl.Result{}, nil
-	}
-	if lu != nil && lu.Type == autov1alpha1.DestroyType && lu.State == pulumiv1.FailedStackStateMessage {
-		wait := stack.Backoff(lu.Failures, 5*time.Minute)
-		if due := lu.LastResyncTime.Add(wait); r.Now().Before(due) {
-			markStalled(s, pulumiv1.StalledDestroyFailedReason, fmt.Sprintf("destroy failed (attempt %d): %s; retrying in %s, the finalizer is kept until it succeeds", lu.Failures, lu.Message, due.Sub(r.Now()).Round(time.Second)))
-			return false, ctrl.Result{RequeueAfter: due.Sub(r.Now())}, nil
-		}
-	}
-	// Destroy from the source the stack was last deployed from when the
-	// current one cannot be resolved.
-	src, err := r.resolveSource(ctx, s)
-	if err != nil && s.Spec.GitSource != nil && lu != nil && lu.LastSuccessfulCommit != "" {
-		src, err = r.gitSource(ctx, s, lu.LastSuccessfulCommit)
-	}
-	if err != nil {
-		markStalled(s, pulumiv1.StalledDestroyFailedReason, "cannot destroy: "+err.Error())
-		return false, ctrl.Result{RequeueAfter: time.Minute}, nil
-	}
-	inputs, err := r.readInputs(ctx, s, src)
-	if err != nil {
-		markStalled(s, pulumiv1.StalledDestroyFailedReason, "cannot destroy: "+err.Error())
-		return false, ctrl.Result{RequeueAfter: time.Minute}, nil
-	}
-	ws, err := stack.Workspace(s, inputs)
-	if err != nil {
-		markStalled(s, pulumiv1.StalledDestroyFailedReason, "cannot destroy: "+err.Error())
-		return false, ctrl.Result{}, nil
-	}
-	ready, err := r.reconcileWorkspace(ctx, s, ws)
-	if err != nil || !ready {
-		markReconciling(s, pulumiv1.ReconcilingDeletingReason, "destroying: waiting for the workspace")
-		return false, ctrl.Result{RequeueAfter: 5 * time.Second}, err
-	}
-	u, err := stack.Update(s, autov1alpha1.DestroyType, src.Revision, "Stackflow: destroy on finalize")
-	if err != nil {
-		return false, ctrl.Result{}, err
-	}
-	if err := controllerutil.SetControllerReference(s, u, r.Scheme()); err != nil {
-		return false, ctrl.Result{}, err
-	}
-	if err := r.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
-		return false, ctrl.Result{}, fmt.Errorf("create destroy update: %w", err)
-	}
-	s.Status.CurrentUpdate = &pulumiv1.CurrentStackUpdate{Name: u.Name, Generation: s.Generation, Commit: src.Revision}
-	markReconciling(s, pulumiv1.ReconcilingDeletingReason, fmt.Sprintf("destroying the stack's resources (%s)", u.Name))
-	return false, ctrl.Result{}, nil
+	return client.IgnoreNotFound(r.Delete(ctx, ws))
 }

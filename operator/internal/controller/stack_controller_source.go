@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +29,47 @@ func sourceErrorf(format string, args ...any) error {
 	return &sourceError{msg: fmt.Sprintf(format, args...)}
 }
 
+// unreachableError: the source could not be reached (network error,
+// timeout, server error). Transient: the Stack is Reconciling and retries
+// with backoff, never Stalled.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// PushAnnotation on a Stack carries the last push received for its branch
+// (by the webhook on any operator replica): a new value makes the next
+// resolution list the repository afresh.
+const PushAnnotation = "stackflow.io/push"
+
+// classifySourceError maps a source, input or derivation error to the
+// Stack's state: a spec the user must fix and a missing source or reference
+// stall (the source is looked at again: it may appear, and watched objects
+// wake the Stack when they do); an unreachable source waits with backoff;
+// anything else is transient.
+func (r *StackReconciler) classifySourceError(s *pulumiv1.Stack, err error) error {
+	var specErr *stack.SpecError
+	var srcErr *sourceError
+	var unreachable *unreachableError
+	after := time.Minute
+	if r.ResyncOverride > 0 {
+		after = r.ResyncOverride
+	}
+	switch {
+	case errors.As(err, &specErr):
+		return &stallingError{reason: pulumiv1.StalledSpecInvalidReason, msg: err.Error()}
+	case errors.As(err, &srcErr):
+		return &stallingError{reason: pulumiv1.StalledSourceUnavailableReason, msg: err.Error(), requeue: after}
+	case errors.As(err, &unreachable):
+		retry, ok := gitresolve.RetryAfter(err)
+		if !ok {
+			retry = 15 * time.Second
+		}
+		return &waitingError{reason: pulumiv1.ReconcilingSourceUnreachableReason, msg: err.Error() + "; retrying", requeue: max(retry, time.Second)}
+	}
+	return err
+}
+
 // resolveSource finds the revision to deploy: a branch head, a pinned commit,
 // a Program's artifact or a Flux source's artifact.
 func (r *StackReconciler) resolveSource(ctx context.Context, s *pulumiv1.Stack) (stack.Source, error) {
@@ -38,9 +81,17 @@ func (r *StackReconciler) resolveSource(ctx context.Context, s *pulumiv1.Stack) 
 			if err != nil {
 				return stack.Source{}, err
 			}
+			if token := s.Annotations[PushAnnotation]; token != "" && r.Git != nil {
+				// A push was received for this repository (by any replica).
+				r.Git.InvalidateOnce(s.Spec.ProjectRepo, token)
+			}
 			commit, err = r.Resolve(ctx, s.Spec.ProjectRepo, s.Spec.Branch, auth)
 			if err != nil {
-				return stack.Source{}, sourceErrorf("resolve branch %s of %s: %v", s.Spec.Branch, s.Spec.ProjectRepo, err)
+				err = fmt.Errorf("resolve branch %s of %s: %w", s.Spec.Branch, s.Spec.ProjectRepo, err)
+				if gitresolve.IsUnavailable(err) {
+					return stack.Source{}, &sourceError{msg: err.Error()}
+				}
+				return stack.Source{}, &unreachableError{err: err}
 			}
 		}
 		return r.gitSource(ctx, s, commit)
@@ -154,9 +205,11 @@ func (r *StackReconciler) fluxSource(ctx context.Context, s *pulumiv1.Stack) (st
 
 // readInputs reads configRef values and checks that every Secret the Stack
 // refers to exists with its key, so a missing one stalls the Stack with its
-// name instead of failing later in the workspace.
+// name instead of failing later in the workspace. The values read (secrets
+// included) enter only the keyed digests of the inputs.
 func (r *StackReconciler) readInputs(ctx context.Context, s *pulumiv1.Stack, src stack.Source) (stack.Inputs, error) {
 	in := stack.Inputs{Source: src, ConfigMapValues: map[string]string{}}
+	var values []stack.InputValue
 	for key, ref := range s.Spec.ConfigRef {
 		var cm corev1.ConfigMap
 		if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, &cm); err != nil {
@@ -170,26 +223,52 @@ func (r *StackReconciler) readInputs(ctx context.Context, s *pulumiv1.Stack, src
 			return in, sourceErrorf("configRef %s: configmap %s has no key %s", key, ref.Name, ref.Key)
 		}
 		in.ConfigMapValues[key] = v
+		values = append(values, stack.InputValue{Ref: "configRef/" + key, Value: []byte(v)})
 	}
-	check := func(what string, ref pulumiv1.ResourceRef) error {
+	read := func(what string, ref pulumiv1.ResourceRef) error {
 		if ref.SelectorType != pulumiv1.ResourceSelectorSecret || ref.SecretRef == nil {
 			return nil
 		}
-		if _, err := r.secretKey(ctx, s.Namespace, ref.SecretRef.Name, ref.SecretRef.Key); err != nil {
+		v, err := r.secretKey(ctx, s.Namespace, ref.SecretRef.Name, ref.SecretRef.Key)
+		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
+		values = append(values, stack.InputValue{Ref: what, Value: []byte(v), AtStart: true})
 		return nil
 	}
 	for key, ref := range s.Spec.SecretRefs {
-		if err := check("secretsRef "+key, ref); err != nil {
+		if err := read("secretsRef "+key, ref); err != nil {
 			return in, err
 		}
 	}
 	for name, ref := range s.Spec.EnvRefs {
-		if err := check("envRefs "+name, ref); err != nil {
+		if err := read("envRefs "+name, ref); err != nil {
 			return in, err
 		}
 	}
+	// The deprecated envs and envSecrets export whole objects; a missing one
+	// is the workspace's to report (Kubernetes waits for it).
+	for _, name := range s.Spec.Envs {
+		var cm corev1.ConfigMap
+		if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, &cm); err == nil {
+			for k, v := range cm.Data {
+				values = append(values, stack.InputValue{Ref: "envs/" + name + "/" + k, Value: []byte(v), AtStart: true})
+			}
+		} else if !apierrors.IsNotFound(err) {
+			return in, err
+		}
+	}
+	for _, name := range s.Spec.SecretEnvs {
+		var sec corev1.Secret
+		if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, &sec); err == nil {
+			for k, v := range sec.Data {
+				values = append(values, stack.InputValue{Ref: "envSecrets/" + name + "/" + k, Value: v, AtStart: true})
+			}
+		} else if !apierrors.IsNotFound(err) {
+			return in, err
+		}
+	}
+	in.Digest, in.StartDigest = stack.InputsDigests(r.DigestKey, values)
 	return in, nil
 }
 

@@ -102,10 +102,16 @@ func (r *StackReconciler) recordEvent(before, after *pulumiv1.Stack) {
 	typ := corev1.EventTypeNormal
 	if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition); c != nil {
 		typ = corev1.EventTypeWarning
-	} else if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition); c != nil && c.Reason == pulumiv1.ReconcilingRetryReason {
+	} else if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition); c != nil && warningReasons[c.Reason] {
 		typ = corev1.EventTypeWarning
 	}
 	r.Recorder.Event(after, typ, ready.Reason, ready.Message)
+}
+
+// warningReasons are the Reconciling reasons that report a failure.
+var warningReasons = map[string]bool{
+	pulumiv1.ReconcilingRetryReason: true, pulumiv1.ReconcilingConflictRetryReason: true,
+	pulumiv1.ReconcilingSourceUnreachableReason: true, pulumiv1.ReconcilingTransientErrorReason: true,
 }
 
 func readyKey(s *pulumiv1.Stack) string {

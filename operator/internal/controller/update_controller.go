@@ -120,11 +120,19 @@ func (r *UpdateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res
 	defer func() {
 		writeStatus(ctx, r.Client, base, u, !equality.Semantic.DeepEqual(base.Status, u.Status), &retErr)
 	}()
-	if !u.DeletionTimestamp.IsZero() {
+	complete := apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete)
+	if !u.DeletionTimestamp.IsZero() && (complete || len(u.Finalizers) == 0) {
 		return ctrl.Result{}, nil
 	}
-	if apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete) {
+	if complete {
 		return r.reconcileTTL(ctx, u)
+	}
+	// An Update deleted while it runs (its Stack's result finalizer keeps it)
+	// is still followed to its end, so its Stack records the result; one
+	// deleted before it started never starts.
+	if !u.DeletionTimestamp.IsZero() && !apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeProgressing) {
+		r.finish(ctx, u, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_CANCELED, Message: "deleted before it started"})
+		return ctrl.Result{}, nil
 	}
 	agent, waiting, err := r.reconcileWorkspace(ctx, u)
 	if err != nil || waiting != nil {

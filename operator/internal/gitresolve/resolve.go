@@ -53,7 +53,7 @@ func Branch(ctx context.Context, url, branch string, auth Auth) (string, error) 
 	name := strings.TrimPrefix(branch, "refs/heads/")
 	sha, ok := heads[name]
 	if !ok {
-		return "", fmt.Errorf("branch %s not found in %s", name, url)
+		return "", &UnavailableError{Err: fmt.Errorf("branch %s not found in %s", name, url)}
 	}
 	return sha, nil
 }

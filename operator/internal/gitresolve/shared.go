@@ -40,9 +40,13 @@ type Shared struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
-	mu      sync.Mutex
-	entries map[string]*entry
-	queries int64
+	mu        sync.Mutex
+	entries   map[string]*entry
+	queries   int64
+	lastEvict time.Time
+	// pushes holds, per repository, the last push token that invalidated its
+	// listings (InvalidateOnce).
+	pushes map[string]string
 }
 
 type entry struct {
@@ -53,6 +57,8 @@ type entry struct {
 	fails   int
 	retryAt time.Time
 	stale   bool
+	// used is when a caller last got this listing.
+	used time.Time
 }
 
 // Queries reports how many remote listings were made.
@@ -84,7 +90,7 @@ func (s *Shared) Branch(ctx context.Context, url, branch string, auth Auth) (str
 	name := strings.TrimPrefix(branch, "refs/heads/")
 	sha, ok := heads[name]
 	if !ok {
-		return "", fmt.Errorf("branch %s not found in %s", name, url)
+		return "", &UnavailableError{Err: fmt.Errorf("branch %s not found in %s", name, url)}
 	}
 	return sha, nil
 }
@@ -118,13 +124,19 @@ func (s *Shared) heads(ctx context.Context, url string, auth Auth) (map[string]s
 			}
 		case e != nil && e.err != nil && now.Before(e.retryAt) && !e.stale:
 			err := e.err
+			e.used = now
 			s.mu.Unlock()
-			return nil, fmt.Errorf("%w (retrying the repository after %s)", err, e.retryAt.Sub(now).Round(time.Second))
+			if IsUnavailable(err) {
+				return nil, err
+			}
+			return nil, &RetryError{Err: err, After: e.retryAt.Sub(now)}
 		case e != nil && e.err == nil && now.Sub(e.at) < s.TTL && !e.stale:
 			heads := e.heads
+			e.used = now
 			s.mu.Unlock()
 			return heads, nil
 		}
+		s.evict(now)
 		if e == nil {
 			e = &entry{}
 			s.entries[k] = e
@@ -144,8 +156,10 @@ func (s *Shared) heads(ctx context.Context, url string, auth Auth) (map[string]s
 		}
 		remoteQueries.WithLabelValues(result).Inc()
 
+		err = classify(err)
 		s.mu.Lock()
 		e.heads, e.err, e.at, e.stale = heads, err, s.now(), false
+		e.used = e.at
 		if err != nil {
 			e.fails++
 			backoff := 5 * time.Second << min(e.fails-1, 7) // 5s … ~10min
@@ -157,10 +171,39 @@ func (s *Shared) heads(ctx context.Context, url string, auth Auth) (map[string]s
 		e.ready = nil
 		s.mu.Unlock()
 		if err != nil {
-			return nil, err
+			if IsUnavailable(err) {
+				return nil, err
+			}
+			return nil, &RetryError{Err: err, After: e.retryAt.Sub(e.at)}
 		}
 		return heads, nil
 	}
+}
+
+// evict drops the listings nobody asked for in evictAfter TTLs (a Stack that
+// changed repository or credentials, or was deleted), so the resolver does not
+// grow with every repository and credential it ever saw. Called with mu held.
+func (s *Shared) evict(now time.Time) {
+	if now.Sub(s.lastEvict) < s.TTL {
+		return
+	}
+	s.lastEvict = now
+	for k, e := range s.entries {
+		if e.ready == nil && now.Sub(e.used) > evictAfter*max(s.TTL, time.Minute) {
+			delete(s.entries, k)
+		}
+	}
+}
+
+// evictAfter: a listing unused for this many TTLs (at least minutes) is
+// dropped.
+const evictAfter = 10
+
+// Len is the number of listings held, for tests.
+func (s *Shared) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
 }
 
 // Invalidate marks every listing of the repository at url (any credentials) as
@@ -174,6 +217,24 @@ func (s *Shared) Invalidate(url string) {
 			e.stale = true
 		}
 	}
+}
+
+// InvalidateOnce invalidates the repository's listings for a push identified
+// by token, once however many Stacks report the same push: the first Stack
+// reconciled after a push gets a fresh listing, the others share it.
+func (s *Shared) InvalidateOnce(url, token string) {
+	key := NormalizeURL(url)
+	s.mu.Lock()
+	if s.pushes == nil {
+		s.pushes = map[string]string{}
+	}
+	if s.pushes[key] == token {
+		s.mu.Unlock()
+		return
+	}
+	s.pushes[key] = token
+	s.mu.Unlock()
+	s.Invalidate(url)
 }
 
 // ListBranches lists a repository's branch heads with ls-remote semantics.

@@ -8,6 +8,7 @@ package operator
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,7 +17,11 @@ import (
 
 	"golang.org/x/time/rate"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -85,7 +90,20 @@ type Options struct {
 	// StackResyncOverride replaces every Stack's resync interval (tests and
 	// local demos; the CRD's minimum is 60 s).
 	StackResyncOverride time.Duration
+	// InputsDigestKey keys the digests of the values Stacks read from
+	// ConfigMaps and Secrets (status.lastUpdate.inputsDigest). When empty,
+	// Setup reads it from the Secret InputsDigestKeySecret in
+	// OperatorNamespace, creating it with a random key the first time, so
+	// every replica and restart uses the same key.
+	InputsDigestKey []byte
+	// OperatorNamespace holds the operator's own objects (the digest key
+	// Secret). Default "default".
+	OperatorNamespace string
 }
+
+// InputsDigestKeySecret is the Secret (key "key") holding the key of the
+// inputs digests.
+const InputsDigestKeySecret = "stackflow-inputs-digest-key"
 
 // Scheme has the Kubernetes and Stackflow types.
 func Scheme() *runtime.Scheme {
@@ -144,16 +162,23 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		poll = opts.StackResyncOverride
 	}
 	git := &gitresolve.Shared{TTL: poll}
+	key := opts.InputsDigestKey
+	if len(key) == 0 {
+		var err error
+		if key, err = inputsDigestKey(mgr, opts.OperatorNamespace); err != nil {
+			return nil, err
+		}
+	}
 	stacks := &controller.StackReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
-		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch,
+		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key,
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)
 	}
 	op := &Operator{Agents: pool, Git: git}
 	if opts.WebhookAddr != "" {
-		addr, err := setupWebhook(mgr, opts, git, stacks)
+		addr, err := setupWebhook(mgr, opts, stacks)
 		if err != nil {
 			return nil, err
 		}
@@ -171,9 +196,48 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	return op, nil
 }
 
+// inputsDigestKey reads (or, the first time, creates) the key of the inputs
+// digests. Several replicas starting together may race to create it: the
+// loser reads the winner's.
+func inputsDigestKey(mgr ctrl.Manager, namespace string) ([]byte, error) {
+	if namespace == "" {
+		namespace = "default"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := types.NamespacedName{Namespace: namespace, Name: InputsDigestKeySecret}
+	for attempt := 0; attempt < 3; attempt++ {
+		var sec corev1.Secret
+		err := mgr.GetAPIReader().Get(ctx, key, &sec)
+		if err == nil {
+			if k := sec.Data["key"]; len(k) >= 32 {
+				return k, nil
+			}
+			return nil, fmt.Errorf("secret %s/%s has no 32-byte key %q: delete it to have a new one generated", namespace, InputsDigestKeySecret, "key")
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("read the inputs digest key (secret %s/%s): %w", namespace, InputsDigestKeySecret, err)
+		}
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		sec = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: InputsDigestKeySecret}, Data: map[string][]byte{"key": b}}
+		// The manager's client writes straight to the API server.
+		err = mgr.GetClient().Create(ctx, &sec)
+		if err == nil {
+			return b, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create the inputs digest key (secret %s/%s): %w", namespace, InputsDigestKeySecret, err)
+		}
+	}
+	return nil, fmt.Errorf("the inputs digest key secret %s/%s keeps changing", namespace, InputsDigestKeySecret)
+}
+
 // setupWebhook serves the push receiver: a verified push marks the repository
 // for re-resolution and reconciles the Stacks tracking the pushed branch.
-func setupWebhook(mgr ctrl.Manager, opts Options, git *gitresolve.Shared, stacks *controller.StackReconciler) (string, error) {
+func setupWebhook(mgr ctrl.Manager, opts Options, stacks *controller.StackReconciler) (string, error) {
 	if opts.WebhookSecret == "" {
 		return "", fmt.Errorf("the push webhook needs a secret (--webhook-secret-file)")
 	}
@@ -185,18 +249,28 @@ func setupWebhook(mgr ctrl.Manager, opts Options, git *gitresolve.Shared, stacks
 	receiver := &webhook.GitHub{
 		Secret:  []byte(opts.WebhookSecret),
 		Limiter: rate.NewLimiter(rate.Limit(10), 50),
-		OnPush: func(p webhook.Push) {
-			for _, u := range p.RepoURLs {
-				git.Invalidate(u)
+		OnPush: func(p webhook.Push) error {
+			// Recorded on the Stacks (any replica may receive it), which the
+			// leader then reconciles.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			token := time.Now().UTC().Format(time.RFC3339Nano)
+			n, err := stacks.NotePush(ctx, p.RepoURLs, p.Branch, token)
+			if err != nil {
+				log.Error(err, "Recording a push failed", "repository", p.RepoURLs[0], "branch", p.Branch)
+				return err
 			}
-			n := stacks.WakeRepository(context.Background(), p.RepoURLs, p.Branch)
 			log.Info("Push received", "repository", p.RepoURLs[0], "branch", p.Branch, "stacks", n)
+			return nil
 		},
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/webhooks/github", receiver)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Every replica serves the webhook (not only the leader): a push is
+	// recorded on the Stacks through the API server.
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
 		go func() {
 			<-ctx.Done()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -252,6 +326,12 @@ func setupPrograms(mgr ctrl.Manager, opts Options) error {
 	}
 	return nil
 }
+
+// everyReplica is a runnable that runs on every replica, leader or not.
+type everyReplica func(ctx context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
 
 // CacheOptions limits the manager's caches (and so its watches, RBAC needs and
 // reconciles) to namespaces; none means cluster-wide.

@@ -1,12 +1,15 @@
 package stack
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,6 +55,11 @@ type Inputs struct {
 	Source Source
 	// ConfigMapValues holds each configRef's value, keyed by config key.
 	ConfigMapValues map[string]string
+	// Digest is the keyed digest of every referenced value (InputsDigests).
+	Digest string
+	// StartDigest is the keyed digest of the values the workspace reads at
+	// start; it goes into the workspace environment (InputsDigestEnv).
+	StartDigest string
 }
 
 var envNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_]`)
@@ -219,6 +227,9 @@ func Workspace(s *pulumiv1.Stack, in Inputs) (*autov1alpha1.Workspace, error) {
 	if err != nil {
 		return nil, err
 	}
+	if in.StartDigest != "" {
+		env = append(env, corev1.EnvVar{Name: InputsDigestEnv, Value: in.StartDigest})
+	}
 	create := !s.Spec.UseLocalStackOnly
 	ws := &autov1alpha1.Workspace{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, Labels: map[string]string{StackNameLabel: s.Name}},
@@ -258,33 +269,64 @@ func Workspace(s *pulumiv1.Stack, in Inputs) (*autov1alpha1.Workspace, error) {
 	return ws, nil
 }
 
-// UpdateName is deterministic for one decision, so a reconcile that created an
-// Update but failed to record it finds it again instead of starting another.
-func UpdateName(s *pulumiv1.Stack, typ autov1alpha1.UpdateType, revision string) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s|%d|%s|%s|%s", typ, s.Generation, revision, s.Annotations[pulumiv1.ReconcileRequestAnnotation], s.UID)
-	if lu := s.Status.LastUpdate; lu != nil {
-		fmt.Fprintf(h, "|%s|%d|%s", lu.Name, lu.Failures, lu.LastResyncTime.UTC().Format("20060102150405"))
-	}
-	return fmt.Sprintf("%s-%s", s.Name, hex.EncodeToString(h.Sum(nil))[:8])
+// Update annotations: the facts a Stack decided the Update on, so that a
+// restarted operator that finds an Update it did not record knows what it
+// runs for.
+const (
+	AnnotationNumber           = "stackflow.io/update-number"
+	AnnotationPurpose          = "stackflow.io/purpose"
+	AnnotationRevision         = "stackflow.io/revision"
+	AnnotationGeneration       = "stackflow.io/generation"
+	AnnotationReconcileRequest = "stackflow.io/reconcile-request"
+	AnnotationInputsDigest     = "stackflow.io/inputs-digest"
+)
+
+// ResultFinalizer is put on every Update a Stack starts and removed once the
+// Stack has recorded the Update's result: an Update's TTL (even 0s) or a
+// deletion can never lose a result the Stack has not seen.
+const ResultFinalizer = "stackflow.io/stack-result"
+
+// UpdateName is the name of a Stack's Update number n: deterministic, so a
+// reconcile that created it but could not record it finds it again instead of
+// starting another.
+func UpdateName(s *pulumiv1.Stack, n int64) string {
+	return fmt.Sprintf("%s-%d", s.Name, n)
 }
 
-// Update derives an Update of the Stack, with updateTemplate merged over it.
-func Update(s *pulumiv1.Stack, typ autov1alpha1.UpdateType, revision, message string) (*autov1alpha1.Update, error) {
+// Plan is what an Update is started for.
+type Plan struct {
+	// Number is the Update's sequence number (status.updateSequence + 1).
+	Number  int64
+	Type    autov1alpha1.UpdateType
+	Purpose pulumiv1.UpdatePurpose
+	// Refresh forces a refresh (drift checks, remediation).
+	Refresh      bool
+	Revision     string
+	InputsDigest string
+	Message      string
+}
+
+// Update derives the Update of a plan, with updateTemplate merged over it.
+func Update(s *pulumiv1.Stack, p Plan) (*autov1alpha1.Update, error) {
+	message := p.Message
 	u := &autov1alpha1.Update{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: UpdateName(s, typ, revision), Labels: map[string]string{StackNameLabel: s.Name}},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.Namespace, Name: UpdateName(s, p.Number), Labels: map[string]string{StackNameLabel: s.Name},
+			Finalizers: []string{ResultFinalizer},
+		},
 		Spec: autov1alpha1.UpdateSpec{
-			WorkspaceName: s.Name, StackName: s.Spec.Stack, Type: typ, Message: &message,
+			WorkspaceName: s.Name, StackName: s.Spec.Stack, Type: p.Type, Message: &message,
 		},
 	}
-	if typ != autov1alpha1.DestroyType {
+	if p.Type != autov1alpha1.DestroyType {
 		u.Spec.Target = s.Spec.Targets
-		if s.Spec.TargetDependents {
+		if s.Spec.TargetDependents && p.Purpose != pulumiv1.UpdatePurposeDriftCheck {
 			u.Spec.TargetDependents = &s.Spec.TargetDependents
 		}
 	}
-	if s.Spec.Refresh {
-		u.Spec.Refresh = &s.Spec.Refresh
+	if s.Spec.Refresh || p.Refresh {
+		refresh := true
+		u.Spec.Refresh = &refresh
 	}
 	if s.Spec.RunProgram {
 		u.Spec.RunProgram = &s.Spec.RunProgram
@@ -296,13 +338,91 @@ func Update(s *pulumiv1.Stack, typ autov1alpha1.UpdateType, revision, message st
 			if err != nil {
 				return nil, specErrorf("updateTemplate: %v", err)
 			}
-			// The template cannot retarget the update.
+			// The template cannot retarget the update, nor turn off the
+			// refresh a drift check or a remediation needs.
 			merged.WorkspaceName, merged.StackName, merged.Type = u.Spec.WorkspaceName, u.Spec.StackName, u.Spec.Type
+			if p.Refresh {
+				merged.Refresh = u.Spec.Refresh
+			}
 			u.Spec = merged
 		}
 	}
+	if u.Annotations == nil {
+		u.Annotations = map[string]string{}
+	}
+	u.Annotations[AnnotationNumber] = strconv.FormatInt(p.Number, 10)
+	u.Annotations[AnnotationPurpose] = string(p.Purpose)
+	u.Annotations[AnnotationRevision] = p.Revision
+	u.Annotations[AnnotationGeneration] = strconv.FormatInt(s.Generation, 10)
+	u.Annotations[AnnotationReconcileRequest] = s.Annotations[pulumiv1.ReconcileRequestAnnotation]
+	u.Annotations[AnnotationInputsDigest] = p.InputsDigest
 	return u, nil
 }
+
+// Current is the currentUpdate record of an Update started from a Plan, read
+// back from the Update's annotations.
+func Current(u *autov1alpha1.Update) pulumiv1.CurrentStackUpdate {
+	a := u.Annotations
+	n, _ := strconv.ParseInt(a[AnnotationNumber], 10, 64)
+	gen, _ := strconv.ParseInt(a[AnnotationGeneration], 10, 64)
+	purpose := pulumiv1.UpdatePurpose(a[AnnotationPurpose])
+	if purpose == "" {
+		purpose = pulumiv1.UpdatePurposeDeploy
+	}
+	return pulumiv1.CurrentStackUpdate{
+		Name: u.Name, Number: n, Purpose: purpose, Generation: gen, Commit: a[AnnotationRevision],
+		ReconcileRequest: a[AnnotationReconcileRequest], InputsDigest: a[AnnotationInputsDigest],
+	}
+}
+
+// InputValue is one value a Stack reads from a ConfigMap or Secret.
+type InputValue struct {
+	// Ref names it: "configRef/<key>", "secretsRef/<key>", "envRefs/<name>",
+	// "envs/<configmap>/<key>", "envSecrets/<secret>/<key>".
+	Ref   string
+	Value []byte
+	// AtStart: the workspace reads it when it starts (an environment
+	// variable), so a change must restart the workspace.
+	AtStart bool
+}
+
+// InputsDigests returns the keyed digests (HMAC-SHA256) of the values: of all
+// of them (status.lastUpdate.inputsDigest), and of those the workspace reads
+// at start (put in the Workspace's environment, so a change restarts it).
+// Secret values enter only through the keyed hash: the digests reveal nothing
+// without the operator's key. Both are empty when there are no values.
+func InputsDigests(key []byte, values []InputValue) (all, atStart string) {
+	if len(values) == 0 {
+		return "", ""
+	}
+	sorted := append([]InputValue(nil), values...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Ref < sorted[j].Ref })
+	ha, hs := hmac.New(sha256.New, key), hmac.New(sha256.New, key)
+	starts := 0
+	for _, v := range sorted {
+		for _, h := range []hash.Hash{ha, hs} {
+			if h == hs && !v.AtStart {
+				continue
+			}
+			// Length-prefixed, so no two lists of values hash alike.
+			fmt.Fprintf(h, "%d:%s%d:", len(v.Ref), v.Ref, len(v.Value))
+			h.Write(v.Value)
+		}
+		if v.AtStart {
+			starts++
+		}
+	}
+	all = "hmac-sha256:" + hex.EncodeToString(ha.Sum(nil))[:32]
+	if starts > 0 {
+		atStart = "hmac-sha256:" + hex.EncodeToString(hs.Sum(nil))[:32]
+	}
+	return all, atStart
+}
+
+// InputsDigestEnv carries the digest of the inputs a workspace reads at start
+// in its environment: a changed Secret or ConfigMap value changes the
+// workspace's spec, which restarts it with the new value.
+const InputsDigestEnv = "STACKFLOW_INPUTS_DIGEST"
 
 // applyMeta adds a template's labels and annotations to an object's.
 func applyMeta(m *metav1.ObjectMeta, t autov1alpha1.EmbeddedObjectMeta) {

@@ -172,31 +172,107 @@ func asSpecError(err error, target **SpecError) bool {
 
 func TestUpdateDerivation(t *testing.T) {
 	s := baseStack()
+	s.Generation = 7
+	s.Annotations = map[string]string{pulumiv1.ReconcileRequestAnnotation: "req-1"}
 	s.Spec.Targets = []string{"urn:a"}
 	s.Spec.TargetDependents = true
 	s.Spec.Refresh = true
 	ttl := metav1.Duration{Duration: 3600e9}
 	parallel := int32(3)
-	s.Spec.UpdateTemplate = &pulumiv1.UpdateTemplate{Spec: &autov1alpha1.UpdateSpec{TtlAfterCompleted: &ttl, Parallel: &parallel, Type: "destroy", WorkspaceName: "other"}}
-	u, err := Update(s, autov1alpha1.UpType, strings.Repeat("a", 40), "Stackflow: new revision")
+	off := false
+	s.Spec.UpdateTemplate = &pulumiv1.UpdateTemplate{Spec: &autov1alpha1.UpdateSpec{TtlAfterCompleted: &ttl, Parallel: &parallel, Type: "destroy", WorkspaceName: "other", Refresh: &off}}
+	rev := strings.Repeat("a", 40)
+	u, err := Update(s, Plan{Number: 12, Type: autov1alpha1.UpType, Purpose: pulumiv1.UpdatePurposeDeploy, Revision: rev, InputsDigest: "hmac-sha256:abc", Message: "Stackflow: new revision"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if u.Spec.Type != "up" || u.Spec.WorkspaceName != "app" || u.Spec.StackName != "org/app/dev" {
 		t.Fatalf("the template retargeted the update: %+v", u.Spec)
 	}
-	if *u.Spec.Parallel != 3 || u.Spec.TtlAfterCompleted.Duration != ttl.Duration || !*u.Spec.Refresh || !*u.Spec.TargetDependents || u.Spec.Target[0] != "urn:a" {
+	if *u.Spec.Parallel != 3 || u.Spec.TtlAfterCompleted.Duration != ttl.Duration || *u.Spec.Refresh || !*u.Spec.TargetDependents || u.Spec.Target[0] != "urn:a" {
 		t.Fatalf("update spec = %+v", u.Spec)
 	}
-	if u.Name != UpdateName(s, "up", strings.Repeat("a", 40)) || !strings.HasPrefix(u.Name, "app-") {
+	if u.Name != "app-12" || u.Name != UpdateName(s, 12) {
 		t.Fatalf("name = %s", u.Name)
 	}
-	other, _ := Update(s, autov1alpha1.UpType, strings.Repeat("b", 40), "")
-	if other.Name == u.Name {
-		t.Fatal("different revisions share an update name")
+	if len(u.Finalizers) != 1 || u.Finalizers[0] != ResultFinalizer {
+		t.Fatalf("finalizers = %v: the result finalizer keeps an Update until its Stack recorded it", u.Finalizers)
 	}
-	d, _ := Update(s, autov1alpha1.DestroyType, strings.Repeat("a", 40), "")
+	// The facts the Update was decided on are read back from it.
+	cu := Current(u)
+	want := pulumiv1.CurrentStackUpdate{Name: "app-12", Number: 12, Purpose: pulumiv1.UpdatePurposeDeploy, Generation: 7, Commit: rev, ReconcileRequest: "req-1", InputsDigest: "hmac-sha256:abc"}
+	if cu != want {
+		t.Fatalf("Current = %+v, want %+v", cu, want)
+	}
+	d, _ := Update(s, Plan{Number: 13, Type: autov1alpha1.DestroyType, Purpose: pulumiv1.UpdatePurposeDestroy, Revision: rev})
 	if len(d.Spec.Target) != 0 {
 		t.Fatal("a destroy on finalize must not be limited to targets")
+	}
+	// A drift check and a remediation refresh whatever the template says;
+	// a drift check never widens to dependents.
+	dc, _ := Update(s, Plan{Number: 14, Type: autov1alpha1.PreviewType, Purpose: pulumiv1.UpdatePurposeDriftCheck, Refresh: true, Revision: rev})
+	if dc.Spec.Refresh == nil || !*dc.Spec.Refresh || dc.Spec.TargetDependents != nil {
+		t.Fatalf("drift check spec = %+v", dc.Spec)
+	}
+	s.Spec.Refresh = false
+	s.Spec.UpdateTemplate = nil
+	plain, _ := Update(s, Plan{Number: 15, Type: autov1alpha1.UpType, Purpose: pulumiv1.UpdatePurposeDeploy, Revision: rev})
+	if plain.Spec.Refresh != nil {
+		t.Fatal("an up without spec.refresh refreshed: only remediation adds refresh")
+	}
+}
+
+func TestInputsDigests(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	cm := InputValue{Ref: "configRef/a", Value: []byte("x")}
+	sec := InputValue{Ref: "secretsRef p", Value: []byte("hunter2-secret"), AtStart: true}
+	all, start := InputsDigests(key, []InputValue{cm, sec})
+	if all == "" || start == "" || all == start {
+		t.Fatalf("digests %q %q", all, start)
+	}
+	if a2, s2 := InputsDigests(key, []InputValue{sec, cm}); a2 != all || s2 != start {
+		t.Fatal("the digests depend on the order values were read in")
+	}
+	changed := sec
+	changed.Value = []byte("hunter3-secret")
+	if a2, s2 := InputsDigests(key, []InputValue{cm, changed}); a2 == all || s2 == start {
+		t.Fatal("a changed secret value left the digests unchanged")
+	}
+	cm2 := cm
+	cm2.Value = []byte("y")
+	if a2, s2 := InputsDigests(key, []InputValue{cm2, sec}); a2 == all || s2 != start {
+		t.Fatal("a configRef change must change the digest but not restart the workspace")
+	}
+	if a2, _ := InputsDigests([]byte("another-key-another-key-another!"), []InputValue{cm, sec}); a2 == all {
+		t.Fatal("the digest does not depend on the key")
+	}
+	// Length-prefixed: moving bytes between reference and value changes it.
+	a, _ := InputsDigests(key, []InputValue{{Ref: "ab", Value: []byte("c")}})
+	b, _ := InputsDigests(key, []InputValue{{Ref: "a", Value: []byte("bc")}})
+	if a == b {
+		t.Fatal("ambiguous encoding")
+	}
+	if a, s := InputsDigests(key, nil); a != "" || s != "" {
+		t.Fatal("no inputs must give no digest")
+	}
+	if strings.Contains(all+start, "hunter2") {
+		t.Fatal("a secret value in a digest")
+	}
+}
+
+func TestWorkspaceCarriesStartDigest(t *testing.T) {
+	s := baseStack()
+	ws, err := Workspace(s, Inputs{Source: Source{GitURL: "https://example.com/r.git", Commit: strings.Repeat("a", 40)}, StartDigest: "hmac-sha256:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range ws.Spec.Env {
+		if e.Name == InputsDigestEnv && e.Value == "hmac-sha256:1" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("workspace env %+v lacks %s: a rotated Secret would not restart the workspace", ws.Spec.Env, InputsDigestEnv)
 	}
 }

@@ -16,9 +16,15 @@ const (
 	FirstRetry = 10 * time.Second
 	// DefaultMaxBackoff caps the retry backoff when the spec does not.
 	DefaultMaxBackoff = time.Hour
-	// MaxFailures is how many consecutive failed updates stall a Stack until
-	// its spec or source changes.
+	// MaxFailures is how many consecutive failed updates show a Stack as
+	// Stalled; it is still retried at the backoff cap.
 	MaxFailures = 5
+	// MaxConflictBackoff caps the wait before retrying an update that met
+	// another run's lock (retryOnUpdateConflict).
+	MaxConflictBackoff = 5 * time.Minute
+	// DefaultDriftInterval is the time between drift checks when the spec
+	// does not say.
+	DefaultDriftInterval = 5 * time.Minute
 )
 
 // Input is what a decision looks at.
@@ -27,8 +33,14 @@ type Input struct {
 	// Revision is the program revision the source resolves to now (commit
 	// SHA, or artifact revision).
 	Revision string
+	// InputsDigest is the keyed digest of the referenced ConfigMap and Secret
+	// values read now (InputsDigest); empty when the Stack refers to none.
+	InputsDigest string
 	// Now is the clock.
 	Now time.Time
+	// ResyncOverride, when set, replaces the resync and drift-check intervals
+	// (tests and local demos only).
+	ResyncOverride time.Duration
 }
 
 // Action is what the Stack controller should do.
@@ -38,18 +50,29 @@ const (
 	// UpToDate: nothing to run; look again after RequeueAfter (0: only on
 	// change).
 	UpToDate Action = iota
-	// Run: start an update of UpdateType.
+	// Run: start an update of UpdateType for Purpose.
 	Run
-	// Retry: the last update failed; run again after RequeueAfter.
+	// Retry: the last update failed or met a lock; run again after
+	// RequeueAfter. Condition is the Reconciling reason.
 	Retry
-	// Stall: stop retrying until the spec or source changes.
+	// Stall: do not run until something changes; Condition is the Stalled
+	// reason. RequeueAfter, when set, is when to look again (the source is
+	// still watched, and a failing update is still retried at the backoff
+	// cap).
 	Stall
 )
 
 // Decision is a policy's verdict with its reason, for status and logs.
 type Decision struct {
-	Action       Action
-	UpdateType   autov1alpha1.UpdateType
+	Action     Action
+	UpdateType autov1alpha1.UpdateType
+	// Purpose says why an update runs (Run).
+	Purpose pulumiv1.UpdatePurpose
+	// Refresh forces a refresh before the update (drift checks and
+	// remediation), whatever spec.refresh says.
+	Refresh bool
+	// Condition is the Reconciling reason (Retry) or Stalled reason (Stall).
+	Condition    string
 	Reason       string
 	RequeueAfter time.Duration
 }
@@ -57,15 +80,22 @@ type Decision struct {
 // check is one rule: it returns a decision, or ok=false to defer to the next.
 type check func(in Input) (Decision, bool)
 
-// Decide runs the rules in order; the first that applies wins.
+// Decide runs the rules in order; the first that applies wins. Every fact it
+// uses is in the Stack (spec and status) or the Input, so an operator that
+// restarts, or a new leader, decides the same.
 func Decide(in Input) Decision {
-	for _, c := range []check{neverRan, specChanged, requested, revisionChanged, lastFailed, resyncDue} {
+	for _, c := range []check{conflicted, neverRan, specChanged, requested, revisionChanged, inputsChanged, lastFailed, remediationPending, resyncDue, driftCheckDue} {
 		if d, ok := c(in); ok {
-			d.UpdateType = updateType(in.Stack)
+			if d.UpdateType == "" {
+				d.UpdateType = updateType(in.Stack)
+			}
+			if d.Purpose == "" && d.Action == Run {
+				d.Purpose = pulumiv1.UpdatePurposeDeploy
+			}
 			return d
 		}
 	}
-	return Decision{Action: UpToDate, UpdateType: updateType(in.Stack), Reason: "up to date", RequeueAfter: resyncInterval(in.Stack)}
+	return Decision{Action: UpToDate, UpdateType: updateType(in.Stack), Reason: "up to date", RequeueAfter: nextLook(in)}
 }
 
 func updateType(s *pulumiv1.Stack) autov1alpha1.UpdateType {
@@ -73,6 +103,35 @@ func updateType(s *pulumiv1.Stack) autov1alpha1.UpdateType {
 		return autov1alpha1.PreviewType
 	}
 	return autov1alpha1.UpType
+}
+
+// conflicted: the last update met a lock held by another run, for what the
+// Stack wants now. With retryOnUpdateConflict it is retried with backoff
+// (without counting as a failure); without, the Stack stalls until its spec,
+// revision, inputs or reconcile request change — and keeps watching its
+// source meanwhile.
+func conflicted(in Input) (Decision, bool) {
+	c := in.Stack.Status.Conflict
+	if c == nil || !conflictCurrent(in) {
+		return Decision{}, false
+	}
+	if !in.Stack.Spec.RetryOnUpdateConflict {
+		return Decision{Action: Stall, Condition: pulumiv1.StalledConflictReason, RequeueAfter: resyncInterval(in),
+			Reason: fmt.Sprintf("another update holds the stack (%s): %s; set spec.retryOnUpdateConflict to retry automatically, or request a reconciliation (annotation %s)", c.Update, c.Message, pulumiv1.ReconcileRequestAnnotation)}, true
+	}
+	wait := Backoff(c.Count, min(maxBackoff(in.Stack), MaxConflictBackoff))
+	if due := c.Time.Add(wait); in.Now.Before(due) {
+		return Decision{Action: Retry, Condition: pulumiv1.ReconcilingConflictRetryReason, RequeueAfter: due.Sub(in.Now),
+			Reason: fmt.Sprintf("another update holds the stack (conflict %d, %s); retrying in %s", c.Count, c.Update, due.Sub(in.Now).Round(time.Second))}, true
+	}
+	return Decision{Action: Run, Reason: fmt.Sprintf("retrying after conflict %d", c.Count)}, true
+}
+
+// conflictCurrent: the recorded conflict is about what the Stack wants now.
+func conflictCurrent(in Input) bool {
+	c := in.Stack.Status.Conflict
+	return c.Generation == in.Stack.Generation && c.Revision == in.Revision &&
+		c.InputsDigest == in.InputsDigest && c.ReconcileRequest == in.Stack.Annotations[pulumiv1.ReconcileRequestAnnotation]
 }
 
 func neverRan(in Input) (Decision, bool) {
@@ -117,21 +176,51 @@ func revisionChanged(in Input) (Decision, bool) {
 	return Decision{Action: Run, Reason: fmt.Sprintf("new revision %s", short(in.Revision))}, true
 }
 
+// inputsChanged: a value in a referenced ConfigMap or Secret changed since the
+// last update: inputs are desired state, so it runs once per distinct digest.
+// A record without a digest (written before digests existed) is taken as
+// current.
+func inputsChanged(in Input) (Decision, bool) {
+	lu := in.Stack.Status.LastUpdate
+	if lu.InputsDigest == "" || in.InputsDigest == lu.InputsDigest {
+		return Decision{}, false
+	}
+	return Decision{Action: Run, Reason: "a referenced ConfigMap or Secret changed"}, true
+}
+
 // lastFailed retries a failed update with exponential backoff (10 s, 20 s, …,
-// capped by retryMaxBackoffDurationSeconds) and stalls after MaxFailures.
+// capped by retryMaxBackoffDurationSeconds). After MaxFailures the Stack shows
+// Stalled, but the update is still retried at the backoff cap, so an outage
+// outside the Stack's control heals by itself.
 func lastFailed(in Input) (Decision, bool) {
 	lu := in.Stack.Status.LastUpdate
 	if lu.State != pulumiv1.FailedStackStateMessage {
 		return Decision{}, false
 	}
 	if lu.Failures >= MaxFailures {
-		return Decision{Action: Stall, Reason: fmt.Sprintf("the update failed %d times in a row: %s; fix the program or its configuration, push a new commit, or request a reconciliation", lu.Failures, lu.Message)}, true
+		due := lu.LastResyncTime.Add(maxBackoff(in.Stack))
+		if !in.Now.Before(due) {
+			return Decision{Action: Run, Reason: fmt.Sprintf("retrying after %d failures (at the backoff cap)", lu.Failures)}, true
+		}
+		return Decision{Action: Stall, Condition: pulumiv1.StalledUpdateFailedReason, RequeueAfter: minPositive(due.Sub(in.Now), resyncInterval(in)),
+			Reason: fmt.Sprintf("the update failed %d times in a row: %s; fix the program or its configuration, push a new commit, or request a reconciliation (retrying anyway in %s)", lu.Failures, lu.Message, due.Sub(in.Now).Round(time.Second))}, true
 	}
 	wait := Backoff(lu.Failures, maxBackoff(in.Stack))
 	if due := lu.LastResyncTime.Add(wait); in.Now.Before(due) {
-		return Decision{Action: Retry, Reason: fmt.Sprintf("the update failed (attempt %d of %d): %s; retrying in %s", lu.Failures, MaxFailures, lu.Message, due.Sub(in.Now).Round(time.Second)), RequeueAfter: due.Sub(in.Now)}, true
+		return Decision{Action: Retry, Condition: pulumiv1.ReconcilingRetryReason, Reason: fmt.Sprintf("the update failed (attempt %d of %d): %s; retrying in %s", lu.Failures, MaxFailures, lu.Message, due.Sub(in.Now).Round(time.Second)), RequeueAfter: due.Sub(in.Now)}, true
 	}
 	return Decision{Action: Run, Reason: fmt.Sprintf("retrying after failure %d of %d", lu.Failures, MaxFailures)}, true
+}
+
+// remediationPending: a drift check found drift and remediate is on: an up
+// with refresh puts the infrastructure back.
+func remediationPending(in Input) (Decision, bool) {
+	s := in.Stack
+	dc := s.Status.DriftCheck
+	if dc == nil || !dc.RemediationPending || s.Spec.Preview || s.Spec.DriftDetection == nil || !s.Spec.DriftDetection.Remediate {
+		return Decision{}, false
+	}
+	return Decision{Action: Run, UpdateType: autov1alpha1.UpType, Purpose: pulumiv1.UpdatePurposeRemediate, Refresh: true, Reason: "remediating drift"}, true
 }
 
 // resyncDue re-runs an unchanged stack every resync interval when
@@ -140,12 +229,88 @@ func resyncDue(in Input) (Decision, bool) {
 	if !in.Stack.Spec.ContinueResyncOnCommitMatch {
 		return Decision{}, false
 	}
-	every := resyncInterval(in.Stack)
-	due := in.Stack.Status.LastUpdate.LastResyncTime.Add(every)
+	due := in.Stack.Status.LastUpdate.LastResyncTime.Add(resyncInterval(in))
 	if !in.Now.Before(due) {
 		return Decision{Action: Run, Reason: "periodic resync (continueResyncOnCommitMatch)"}, true
 	}
-	return Decision{Action: UpToDate, Reason: "up to date", RequeueAfter: due.Sub(in.Now)}, true
+	return Decision{}, false
+}
+
+// driftCheckDue starts a drift check (a preview with refresh of the deployed
+// revision, changing nothing) every driftDetection interval after the last
+// successful up or check.
+func driftCheckDue(in Input) (Decision, bool) {
+	due, ok := driftDue(in)
+	if !ok || in.Now.Before(due) {
+		return Decision{}, false
+	}
+	return Decision{Action: Run, UpdateType: autov1alpha1.PreviewType, Purpose: pulumiv1.UpdatePurposeDriftCheck, Refresh: true, Reason: "drift check"}, true
+}
+
+// driftDue is when the next drift check is due, if the Stack checks drift.
+func driftDue(in Input) (time.Time, bool) {
+	s := in.Stack
+	lu := s.Status.LastUpdate
+	if s.Spec.DriftDetection == nil || s.Spec.Preview || lu == nil || lu.Type != autov1alpha1.UpType || lu.State != pulumiv1.SucceededStackStateMessage {
+		return time.Time{}, false
+	}
+	interval := DefaultDriftInterval
+	if s.Spec.DriftDetection.IntervalSeconds > 0 {
+		interval = time.Duration(s.Spec.DriftDetection.IntervalSeconds) * time.Second
+	}
+	if in.ResyncOverride > 0 {
+		interval = in.ResyncOverride
+	}
+	last := lu.LastResyncTime.Time
+	if dc := s.Status.DriftCheck; dc != nil && dc.LastCheckTime.After(last) {
+		last = dc.LastCheckTime.Time
+	}
+	return last.Add(interval), true
+}
+
+// nextLook is when an up-to-date Stack looks again: the next resync of a
+// tracked branch, periodic resync, or drift check (0: only on change).
+func nextLook(in Input) time.Duration {
+	d := resyncInterval(in)
+	if in.Stack.Spec.ContinueResyncOnCommitMatch && in.Stack.Status.LastUpdate != nil {
+		d = minPositive(d, in.Stack.Status.LastUpdate.LastResyncTime.Add(resyncInterval(in)).Sub(in.Now))
+	}
+	if due, ok := driftDue(in); ok {
+		d = minPositive(d, max(due.Sub(in.Now), time.Second))
+	}
+	return d
+}
+
+// minPositive is the smaller of two durations, ignoring zeros (which mean
+// "never").
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// Failures is the consecutive-failure count after an update for (generation,
+// revision, inputs) failed: one more than the last record's when it failed
+// for the same things, else 1.
+func Failures(prev *pulumiv1.StackUpdateState, generation int64, revision, inputs string) int64 {
+	if prev != nil && prev.State == pulumiv1.FailedStackStateMessage && prev.Generation == generation &&
+		prev.LastAttemptedCommit == revision && prev.InputsDigest == inputs {
+		return prev.Failures + 1
+	}
+	return 1
+}
+
+// ConflictCount is the number of conflicts in a row after an update for
+// (generation, revision, inputs, request) met a lock.
+func ConflictCount(prev *pulumiv1.StackConflict, generation int64, revision, inputs, request string) int64 {
+	if prev != nil && prev.Generation == generation && prev.Revision == revision && prev.InputsDigest == inputs && prev.ReconcileRequest == request {
+		return prev.Count + 1
+	}
+	return 1
 }
 
 // Backoff is the delay before retry number failures: FirstRetry doubled per
@@ -170,7 +335,16 @@ func maxBackoff(s *pulumiv1.Stack) time.Duration {
 
 // resyncInterval is how often the source is re-resolved (0: never, for a
 // pinned commit without continueResyncOnCommitMatch).
-func resyncInterval(s *pulumiv1.Stack) time.Duration {
+func resyncInterval(in Input) time.Duration {
+	s := in.Stack
+	d := specResync(s)
+	if in.ResyncOverride > 0 && d > 0 {
+		return in.ResyncOverride
+	}
+	return d
+}
+
+func specResync(s *pulumiv1.Stack) time.Duration {
 	if s.Spec.ResyncFrequencySeconds > 0 {
 		return time.Duration(s.Spec.ResyncFrequencySeconds) * time.Second
 	}

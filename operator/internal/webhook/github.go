@@ -38,8 +38,9 @@ type GitHub struct {
 	Limiter *rate.Limiter
 	// MaxBody caps the request body; default DefaultMaxBody.
 	MaxBody int64
-	// OnPush is called for each verified push to a branch.
-	OnPush func(Push)
+	// OnPush is called for each verified push to a branch; an error answers
+	// 503, so GitHub shows the delivery as failed and it can be redelivered.
+	OnPush func(Push) error
 }
 
 // ServeHTTP verifies and dispatches one delivery.
@@ -85,7 +86,10 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.OnPush != nil {
-		g.OnPush(push)
+		if err := g.OnPush(push); err != nil {
+			http.Error(w, "the push could not be recorded; redeliver it", http.StatusServiceUnavailable)
+			return
+		}
 	}
 	w.WriteHeader(http.StatusAccepted)
 }

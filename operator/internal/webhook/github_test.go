@@ -37,7 +37,7 @@ func TestGitHubReceiver(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []Push
-			g := &GitHub{Secret: secret, OnPush: func(p Push) { got = append(got, p) }}
+			g := &GitHub{Secret: secret, OnPush: func(p Push) error { got = append(got, p); return nil }}
 			req := httptest.NewRequest(tc.method, "/webhooks/github", strings.NewReader(tc.body))
 			req.Header.Set("X-GitHub-Event", tc.event)
 			if tc.sig != "" {
@@ -71,7 +71,7 @@ func TestGitHubReceiverLimits(t *testing.T) {
 	}
 
 	n := 0
-	limited := &GitHub{Secret: secret, Limiter: rate.NewLimiter(0, 2), OnPush: func(Push) { n++ }}
+	limited := &GitHub{Secret: secret, Limiter: rate.NewLimiter(0, 2), OnPush: func(Push) error { n++; return nil }}
 	codes := []int{}
 	for range 4 {
 		req := httptest.NewRequest("POST", "/", strings.NewReader(pushBody))

@@ -39,6 +39,27 @@ const (
 	ReconcilingPrerequisiteNotSatisfiedReason = "PrerequisiteNotSatisfied"
 	// ReconcilingDeletingReason: the Stack is being deleted (destroy running).
 	ReconcilingDeletingReason = "Deleting"
+	// ReconcilingConflictRetryReason: another run held the Pulumi stack's lock
+	// and retryOnUpdateConflict is on: the update is retried with backoff.
+	ReconcilingConflictRetryReason = "RetryingAfterConflict"
+	// ReconcilingSourceUnreachableReason: the program source could not be
+	// reached (a network error, a timeout, a server error): retried with
+	// backoff, never Stalled.
+	ReconcilingSourceUnreachableReason = "SourceUnreachable"
+	// ReconcilingTransientErrorReason: an error talking to the Kubernetes API
+	// or the workspace; retried with backoff.
+	ReconcilingTransientErrorReason = "TransientError"
+)
+
+// Event reasons that are not Ready reasons.
+const (
+	// EventReasonDestroySkipped: a preview-mode Stack with destroyOnFinalize
+	// was deleted without destroying anything.
+	EventReasonDestroySkipped = "DestroySkipped"
+	// EventReasonDriftDetected: a drift check found changes.
+	EventReasonDriftDetected = "DriftDetected"
+	// EventReasonDriftCheckFailed: a drift check could not run to the end.
+	EventReasonDriftCheckFailed = "DriftCheckFailed"
 )
 
 // Stalled condition reasons.

@@ -216,7 +216,7 @@ type DriftDetection struct {
 
 // DriftCheck records the last drift check.
 type DriftCheck struct {
-	// update is the preview Update that ran (or runs) the check.
+	// update is the preview Update that ran the last check.
 	// +optional
 	Update string `json:"update,omitempty"`
 	// revision is the revision checked.
@@ -228,6 +228,11 @@ type DriftCheck struct {
 	// changes counts the resources that differ, by operation.
 	// +optional
 	Changes map[string]int64 `json:"changes,omitempty"`
+	// remediationPending is set when a check found drift and
+	// spec.driftDetection.remediate is on: the next update is an up with
+	// refresh. Cleared when that up starts.
+	// +optional
+	RemediationPending bool `json:"remediationPending,omitempty"`
 }
 
 // GitSource is a git repository holding the Pulumi program.
@@ -559,6 +564,59 @@ type StackUpdateState struct {
 	// failures counts consecutive failed updates; reset by a success.
 	// +optional
 	Failures int64 `json:"failures,omitempty"`
+	// inputsDigest is a keyed digest of the values the update read from
+	// referenced ConfigMaps and Secrets (configRef, secretsRef, envRefs, envs,
+	// envSecrets): a change of it runs an update. It reveals nothing about the
+	// values. A Stackflow extension.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	InputsDigest string `json:"inputsDigest,omitempty"`
+}
+
+// UpdatePurpose says why the Stack started an Update.
+// +kubebuilder:validation:Enum=deploy;drift-check;remediate;destroy
+type UpdatePurpose string
+
+const (
+	// UpdatePurposeDeploy applies (or, in preview mode, previews) the Stack's
+	// program, configuration and inputs.
+	UpdatePurposeDeploy UpdatePurpose = "deploy"
+	// UpdatePurposeDriftCheck is a preview with refresh that reports drift and
+	// changes nothing.
+	UpdatePurposeDriftCheck UpdatePurpose = "drift-check"
+	// UpdatePurposeRemediate is an up with refresh that puts drifted
+	// infrastructure back to the program's state.
+	UpdatePurposeRemediate UpdatePurpose = "remediate"
+	// UpdatePurposeDestroy destroys the stack's resources (destroyOnFinalize).
+	UpdatePurposeDestroy UpdatePurpose = "destroy"
+)
+
+// StackConflict records that the Stack's last update found the Pulumi stack
+// locked by another run.
+type StackConflict struct {
+	// update is the Update that met the lock.
+	// +optional
+	Update string `json:"update,omitempty"`
+	// time is when it ended.
+	// +optional
+	Time metav1.Time `json:"time,omitempty"`
+	// count is how many updates in a row met a lock for this generation,
+	// revision and inputs.
+	// +optional
+	Count int64 `json:"count,omitempty"`
+	// generation, revision, inputsDigest and reconcileRequest are what the
+	// conflicting update ran for: a change of any of them ends the conflict.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// +optional
+	InputsDigest string `json:"inputsDigest,omitempty"`
+	// +optional
+	ReconcileRequest string `json:"reconcileRequest,omitempty"`
+	// message is the engine's conflict message.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // CurrentStackUpdate is the update a Stack is running now.
@@ -575,6 +633,19 @@ type CurrentStackUpdate struct {
 	// commit is the commit (or artifact revision) being applied.
 	// +optional
 	Commit string `json:"commit,omitempty"`
+	// number is the Update's sequence number (status.updateSequence when it
+	// started); its name is <stack>-<number>. A Stackflow extension.
+	// +optional
+	Number int64 `json:"number,omitempty"`
+	// purpose says why the Update runs: deploy, drift-check, remediate or
+	// destroy. A Stackflow extension.
+	// +optional
+	Purpose UpdatePurpose `json:"purpose,omitempty"`
+	// inputsDigest is the digest of the referenced inputs the Update runs
+	// with (see lastUpdate.inputsDigest). A Stackflow extension.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	InputsDigest string `json:"inputsDigest,omitempty"`
 }
 
 // StackStatus is the observed state of a Stack.
@@ -618,6 +689,20 @@ type StackStatus struct {
 	// spec.driftDetection.
 	// +optional
 	DriftCheck *DriftCheck `json:"driftCheck,omitempty"`
+
+	// updateSequence numbers the Updates this Stack started: the next one is
+	// named <stack>-<updateSequence+1>, so an operator that restarts (or a new
+	// leader) finds an Update it created but did not record instead of
+	// starting another. A Stackflow extension.
+	// +optional
+	UpdateSequence int64 `json:"updateSequence,omitempty"`
+
+	// conflict is set while the last update found the Pulumi stack locked by
+	// another run: with retryOnUpdateConflict it is retried with backoff,
+	// otherwise the Stack is Stalled (UpdateConflict) until its spec,
+	// revision, inputs or reconcile request change. A Stackflow extension.
+	// +optional
+	Conflict *StackConflict `json:"conflict,omitempty"`
 }
 
 // Stack is a Pulumi stack kept up to date from a program source (a git branch or

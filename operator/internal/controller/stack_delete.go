@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/stack"
+)
+
+// reconcileDelete destroys the stack's resources when destroyOnFinalize asks
+// (never for a preview-mode Stack), then releases the Stack's Updates,
+// removes its Workspace and the finalizer. Prerequisites never block it.
+func (r *StackReconciler) reconcileDelete(ctx context.Context, sc *stackScope) error {
+	s := sc.stack
+	if !controllerutil.ContainsFinalizer(s, StackFinalizer) {
+		sc.skipStatus = true
+		return errUpToDate
+	}
+	switch {
+	case s.Spec.DestroyOnFinalize && s.Spec.Preview:
+		// A preview Stack often targets the Pulumi stack of a real one
+		// (previewing its promotion): deleting it must not destroy that.
+		r.Recorder.Event(s, corev1.EventTypeNormal, pulumiv1.EventReasonDestroySkipped,
+			fmt.Sprintf("spec.preview is on: deleted without destroying Pulumi stack %s (preview Stacks never destroy; turn preview off before deleting to destroy)", s.Spec.Stack))
+	case s.Spec.DestroyOnFinalize && (s.Status.LastUpdate != nil || s.Status.CurrentUpdate != nil):
+		// An update in flight (even the first) may be creating resources:
+		// wait for it, then destroy.
+		if err := r.reconcileDestroy(ctx, sc); err != nil {
+			return err
+		}
+	}
+	if err := r.releaseUpdates(ctx, s, true); err != nil {
+		return err
+	}
+	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}
+	if err := r.Delete(ctx, ws); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	controllerutil.RemoveFinalizer(s, StackFinalizer)
+	if err := r.Update(ctx, s); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	// Gone: no status to write.
+	sc.skipStatus = true
+	return errUpToDate
+}
+
+// reconcileDestroy runs (and waits for) a destroy update; nil once the
+// destroy succeeded.
+func (r *StackReconciler) reconcileDestroy(ctx context.Context, sc *stackScope) error {
+	s := sc.stack
+	if err := r.reconcileCurrentUpdate(ctx, sc); err != nil {
+		return err
+	}
+	lu := s.Status.LastUpdate
+	if lu != nil && lu.Type == autov1alpha1.DestroyType && lu.State == pulumiv1.SucceededStackStateMessage {
+		return nil
+	}
+	if lu != nil && lu.Type == autov1alpha1.DestroyType && lu.State == pulumiv1.FailedStackStateMessage {
+		wait := stack.Backoff(lu.Failures, 5*time.Minute)
+		if due := lu.LastResyncTime.Add(wait); r.Now().Before(due) {
+			return &stallingError{reason: pulumiv1.StalledDestroyFailedReason, requeue: due.Sub(r.Now()),
+				msg: fmt.Sprintf("destroy failed (attempt %d): %s; retrying in %s, the finalizer is kept until it succeeds", lu.Failures, lu.Message, due.Sub(r.Now()).Round(time.Second))}
+		}
+	}
+	revision, err := r.destroyWorkspace(ctx, sc)
+	if err != nil {
+		return err
+	}
+	if err := r.reconcileWorkspace(ctx, sc); err != nil {
+		return err
+	}
+	return r.startUpdate(ctx, sc, stack.Plan{Type: autov1alpha1.DestroyType, Purpose: pulumiv1.UpdatePurposeDestroy,
+		Revision: revision, InputsDigest: sc.inputs.Digest, Message: "Stackflow: destroy on finalize"}, "destroy on finalize")
+}
+
+// destroyWorkspace sets the Workspace the destroy runs in: derived as for an
+// update; from the last deployed commit when the branch is gone; or, when the
+// source or the inputs were deleted together with the Stack (a Program, a
+// Flux source, an Argo CD application's ConfigMaps), the Workspace as last
+// deployed, which holds the program already.
+func (r *StackReconciler) destroyWorkspace(ctx context.Context, sc *stackScope) (string, error) {
+	s := sc.stack
+	lu := s.Status.LastUpdate
+	src, err := r.resolveSource(ctx, s)
+	if err != nil && s.Spec.GitSource != nil && lu != nil && lu.LastSuccessfulCommit != "" {
+		src, err = r.gitSource(ctx, s, lu.LastSuccessfulCommit)
+	}
+	if err == nil {
+		sc.src = src
+		if sc.inputs, err = r.readInputs(ctx, s, src); err == nil {
+			if sc.ws, err = stack.Workspace(s, sc.inputs); err == nil {
+				return src.Revision, nil
+			}
+		}
+	}
+	var srcErr *sourceError
+	if !errors.As(err, &srcErr) {
+		var specErr *stack.SpecError
+		if errors.As(err, &specErr) {
+			return "", &stallingError{reason: pulumiv1.StalledDestroyFailedReason, msg: "cannot destroy: " + err.Error()}
+		}
+		return "", err
+	}
+	var cur autov1alpha1.Workspace
+	if getErr := r.Get(ctx, client.ObjectKeyFromObject(s), &cur); getErr != nil {
+		if apierrors.IsNotFound(getErr) {
+			return "", &stallingError{reason: pulumiv1.StalledDestroyFailedReason, requeue: time.Minute,
+				msg: fmt.Sprintf("cannot destroy: %v, and no workspace holds the program as last deployed; restore it, or destroy Pulumi stack %s by hand and remove the finalizer %s", err, s.Spec.Stack, StackFinalizer)}
+		}
+		return "", getErr
+	}
+	log.FromContext(ctx).Info("Destroying in the workspace as last deployed", "reason", err.Error())
+	sc.ws = cur.DeepCopy()
+	sc.ws.ResourceVersion = ""
+	revision := ""
+	if lu != nil {
+		revision = lu.LastSuccessfulCommit
+	}
+	return revision, nil
+}
