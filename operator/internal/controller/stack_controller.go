@@ -85,7 +85,6 @@ type StackReconciler struct {
 	// Git, when set, is the shared resolver whose listings a push
 	// (pushAnnotation) invalidates.
 	Git *gitresolve.Shared
-
 }
 
 // SetupWithManager registers the controller and its watches.

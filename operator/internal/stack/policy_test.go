@@ -109,7 +109,9 @@ func TestDecideStatusRules(t *testing.T) {
 		}
 	}
 	retry := func(s *pulumiv1.Stack) { s.Spec.RetryOnUpdateConflict = true }
-	digest := func(d string) func(*pulumiv1.Stack) { return func(s *pulumiv1.Stack) { s.Status.LastUpdate.InputsDigest = d } }
+	digest := func(d string) func(*pulumiv1.Stack) {
+		return func(s *pulumiv1.Stack) { s.Status.LastUpdate.InputsDigest = d }
+	}
 	drift := func(interval int64, remediate bool) func(*pulumiv1.Stack) {
 		return func(s *pulumiv1.Stack) {
 			s.Spec.DriftDetection = &pulumiv1.DriftDetection{IntervalSeconds: interval, Remediate: remediate}
