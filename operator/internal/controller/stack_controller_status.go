@@ -106,6 +106,13 @@ func (r *StackReconciler) recordEvent(before, after *pulumiv1.Stack) {
 		typ = corev1.EventTypeWarning
 	}
 	r.Recorder.Event(after, typ, ready.Reason, ready.Message)
+	if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition); c != nil && c.Reason == pulumiv1.StalledNamespaceTerminatingReason {
+		// A namespace being deleted refuses new Events too: say it on the
+		// Namespace (kubectl describe namespace shows it).
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: after.Namespace}}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		r.Recorder.Event(ns, corev1.EventTypeWarning, c.Reason, fmt.Sprintf("Stack %s: %s", after.Name, c.Message))
+	}
 }
 
 // warningReasons are the Reconciling reasons that report a failure.

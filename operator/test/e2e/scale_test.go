@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/webhook"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
@@ -58,16 +61,23 @@ func TestPushWebhookDeploysInSeconds(t *testing.T) {
 	if code := post(webhook.Sign([]byte("wrong"), body)); code != http.StatusUnauthorized {
 		t.Fatalf("badly signed push: HTTP %d", code)
 	}
-	time.Sleep(3 * time.Second)
+	// The receiver answers after recording a push: a refused one recorded
+	// nothing.
 	if err := get(t, s); err != nil {
 		t.Fatal(err)
 	}
-	if s.Status.LastUpdate.LastAttemptedCommit != sha1 {
-		t.Fatalf("a refused push triggered a deployment of %s", s.Status.LastUpdate.LastAttemptedCommit)
+	if v, ok := s.Annotations[controller.PushAnnotation]; ok {
+		t.Fatalf("a refused push was recorded: %s=%s", controller.PushAnnotation, v)
 	}
 	start := time.Now()
 	if code := post(webhook.Sign([]byte(secret), body)); code != http.StatusAccepted {
 		t.Fatalf("signed push: HTTP %d", code)
+	}
+	if err := get(t, s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Annotations[controller.PushAnnotation] == "" {
+		t.Fatalf("the accepted push was not recorded on the Stack (%s)", controller.PushAnnotation)
 	}
 	waitStack(t, s, 30*time.Second, "deployed after the push", readyAt(sha2))
 	t.Logf("pushed commit deployed %s after the notification", time.Since(start).Round(100*time.Millisecond))
@@ -141,10 +151,40 @@ func TestDriftDetection(t *testing.T) {
 		t.Fatal("no DriftDetected event")
 	}
 
-	mutateStack(t, s, func(s *pulumiv1.Stack) { s.Spec.DriftDetection.Remediate = true })
-	waitStack(t, s, 3*time.Minute, "remediated", func(s *pulumiv1.Stack) bool {
-		return condition(s, pulumiv1.DriftDetectedCondition) == nil && readyAt(sha)(s) && strings.HasSuffix(s.Status.LastUpdate.Name, "-remediate")
+	// Drift found without remediate leaves nothing pending, and a deploy
+	// never adds refresh on its own.
+	if s.Status.DriftCheck == nil || s.Status.DriftCheck.RemediationPending {
+		t.Fatalf("driftCheck = %+v: a remediation is pending without remediate", s.Status.DriftCheck)
+	}
+	// Checks run every second here; their Updates do not pile up.
+	before := s.Status.UpdateSequence
+	waitStack(t, s, 2*time.Minute, "ten more drift checks", func(s *pulumiv1.Stack) bool { return s.Status.UpdateSequence >= before+10 })
+	eventually(t, time.Minute, "old drift checks deleted", func() (bool, error) {
+		var list autoUpdateList
+		if err := cp.Client.List(ctx, &list.UpdateList, client.InNamespace(e.ns)); err != nil {
+			return false, err
+		}
+		checks := 0
+		for _, u := range list.Items {
+			if u.Annotations["stackflow.io/purpose"] == string(pulumiv1.UpdatePurposeDriftCheck) && u.DeletionTimestamp == nil {
+				checks++
+			}
+		}
+		return checks <= 2, fmt.Errorf("%d drift-check Updates kept", checks)
 	})
+
+	mutateStack(t, s, func(s *pulumiv1.Stack) { s.Spec.DriftDetection.Remediate = true })
+	var remediation autov1alpha1.Update
+	waitStack(t, s, 3*time.Minute, "remediated", func(s *pulumiv1.Stack) bool {
+		if condition(s, pulumiv1.DriftDetectedCondition) != nil || !readyAt(sha)(s) {
+			return false
+		}
+		remediation = autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: s.Status.LastUpdate.Name}}
+		return get(t, &remediation) == nil && remediation.Annotations["stackflow.io/purpose"] == string(pulumiv1.UpdatePurposeRemediate)
+	})
+	if remediation.Spec.Refresh == nil || !*remediation.Spec.Refresh || remediation.Spec.Type != autov1alpha1.UpType {
+		t.Fatalf("remediation %s spec = %+v, want an up with refresh", remediation.Name, remediation.Spec)
+	}
 	if got, _ := e.pe.Record(t, "drifty"); got != "desired" {
 		t.Fatalf("remediation left record = %q", got)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -218,8 +219,8 @@ func TestStagedRollout(t *testing.T) {
 }
 
 // TestStackFailureRetriesThenStalls: a failing program is retried with
-// backoff, stalls after the limit with the count in the message, and a fixed
-// spec recovers it.
+// backoff, shows Stalled after the limit with the count in the message, is
+// still retried at the backoff cap meanwhile, and a fixed spec recovers it.
 func TestStackFailureRetriesThenStalls(t *testing.T) {
 	e, repo := stackEnv(t)
 	ctx := context.Background()
@@ -239,23 +240,14 @@ func TestStackFailureRetriesThenStalls(t *testing.T) {
 		return c != nil && c.Reason == pulumiv1.StalledUpdateFailedReason
 	})
 	msg := condition(s, pulumiv1.StalledCondition).Message
-	if !strings.Contains(msg, "failed 5 times in a row") || !strings.Contains(msg, "failOn=create: create refused") {
+	if !regexp.MustCompile(`failed [5-9] times in a row`).MatchString(msg) || !strings.Contains(msg, "failOn=create: create refused") {
 		t.Fatalf("stalled message = %q", msg)
 	}
-	if s.Status.LastUpdate.Failures != 5 {
-		t.Fatalf("failures = %d", s.Status.LastUpdate.Failures)
-	}
-	// Stalled: no more updates.
-	var updates = func() int {
-		var list autoUpdateList
-		_ = cp.Client.List(ctx, &list.UpdateList, client.InNamespace(e.ns))
-		return len(list.Items)
-	}
-	n := updates()
-	time.Sleep(3 * time.Second)
-	if updates() != n {
-		t.Fatal("a stalled stack kept starting updates")
-	}
+	// Stalled, but still retried at the backoff cap (1 s here), so an outage
+	// outside the Stack heals by itself.
+	waitStack(t, s, 2*time.Minute, "retried at the backoff cap", func(s *pulumiv1.Stack) bool {
+		return s.Status.LastUpdate != nil && s.Status.LastUpdate.Failures >= 7
+	})
 
 	mutateStack(t, s, func(s *pulumiv1.Stack) { s.Spec.Config = cfg("recordName", "flaky", "content", "fixed") })
 	waitStack(t, s, 2*time.Minute, "recovered", readyAt(sha))
