@@ -498,3 +498,40 @@ func TestStackDeletionEdges(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "not found"), err
 	})
 }
+
+// TestSourceErrorsTransientOrPermanent: a repository that cannot be reached
+// (nothing listens: a network outage) keeps the Stack Reconciling with the
+// error and backoff — never Stalled — and it deploys once the server is back;
+// a repository the server does not have stalls with SourceUnavailable.
+func TestSourceErrorsTransientOrPermanent(t *testing.T) {
+	e, repo := stackEnv(t)
+	ctx := context.Background()
+	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
+	srv := gitrepo.NewHTTPServer(t, filepath.Dir(repo.Bare))
+	outage := newStack(e.ns, "outage-http", pulumiv1.StackSpec{Stack: "outage-http", GitSource: gitSpec(repo.HTTPURL(srv), "main", ""),
+		Config: cfg("recordName", "outage-http", "content", "over-http")})
+	missing := newStack(e.ns, "missing-repo", pulumiv1.StackSpec{Stack: "missing-repo", GitSource: gitSpec("http://"+srv.Addr+"/missing.git", "main", ""),
+		Config: cfg("recordName", "missing-repo", "content", "x")})
+	for _, s := range []*pulumiv1.Stack{outage, missing} {
+		if err := cp.Client.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStack(t, outage, time.Minute, "reconciling on the unreachable source", func(s *pulumiv1.Stack) bool {
+		c := condition(s, pulumiv1.ReconcilingCondition)
+		return c != nil && c.Reason == pulumiv1.ReconcilingSourceUnreachableReason && strings.Contains(c.Message, "connection refused")
+	})
+	// Watched until it deploys: it must never show Stalled on the way.
+	stalledSeen := ""
+	srv.Start(t)
+	waitStack(t, outage, 3*time.Minute, "deployed once the server is back", func(s *pulumiv1.Stack) bool {
+		if c := condition(s, pulumiv1.StalledCondition); c != nil {
+			stalledSeen = c.Reason + ": " + c.Message
+		}
+		return readyAt(sha)(s)
+	})
+	if stalledSeen != "" {
+		t.Fatalf("a transient outage stalled the Stack: %s", stalledSeen)
+	}
+	waitStack(t, missing, time.Minute, "stalled on the missing repository", stalledWith(pulumiv1.StalledSourceUnavailableReason, "repository not found"))
+}

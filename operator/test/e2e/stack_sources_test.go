@@ -87,8 +87,16 @@ func TestStackFromFluxSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tarball2, err := artifact.TarGz(map[string][]byte{"infra/Pulumi.yaml": []byte(strings.Replace(strings.Replace(stackProgram, "name: stacks", "name: fluxed", 1), "content: ${content}", "content: v2-${content}", 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/gzip")
+		if strings.HasSuffix(r.URL.Path, "-v2.tar.gz") {
+			_, _ = w.Write(tarball2)
+			return
+		}
 		_, _ = w.Write(tarball)
 	}))
 	defer srv.Close()
@@ -115,6 +123,22 @@ func TestStackFromFluxSource(t *testing.T) {
 	if got, _ := e.pe.Record(t, "fluxed"); got != "flux-content" {
 		t.Fatalf("record = %q", got)
 	}
+
+	// source-controller publishes a new artifact: the Stack (which has no
+	// branch to poll) deploys it because it watches the source.
+	const revision2 = "main@sha1:89abcdef0123456789abcdef0123456789abcdef"
+	start := time.Now()
+	mutate(t, repo, func() {
+		_ = unstructured.SetNestedMap(repo.Object, map[string]any{
+			"url": srv.URL + "/gitrepository/infra-v2.tar.gz", "digest": artifact.Digest(tarball2), "revision": revision2,
+			"path": "gitrepository/infra-v2.tar.gz", "lastUpdateTime": "2026-11-30T00:00:00Z",
+		}, "status", "artifact")
+	})
+	waitStack(t, s, time.Minute, "ready at the new artifact", readyAt(revision2))
+	if got, _ := e.pe.Record(t, "fluxed"); got != "v2-flux-content" {
+		t.Fatalf("record after the new artifact = %q", got)
+	}
+	t.Logf("new Flux artifact deployed %s after source-controller published it", time.Since(start).Round(100*time.Millisecond))
 }
 
 func installFluxGitRepositoryCRD(t *testing.T) {

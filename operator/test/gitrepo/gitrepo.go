@@ -4,11 +4,15 @@
 package gitrepo
 
 import (
+	"net"
+	"net/http"
+	"net/http/cgi"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Repo is a bare repository and a working clone of it.
@@ -74,4 +78,63 @@ func run(t testing.TB, dir string, args ...string) string {
 		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// HTTPServer serves bare repositories with git's smart HTTP protocol (git
+// http-backend), on an address chosen before it serves, so a test can point
+// a Stack at it while nothing listens yet (a network outage) and start it
+// later.
+type HTTPServer struct {
+	// Addr is the loopback address it serves (or will serve) on.
+	Addr string
+	root string
+	srv  *http.Server
+}
+
+// NewHTTPServer reserves a loopback port for the repositories under root
+// (each served at http://Addr/<name>, for root/<name>).
+func NewHTTPServer(t testing.TB, root string) *HTTPServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	h := &HTTPServer{Addr: addr, root: root}
+	t.Cleanup(h.Stop)
+	return h
+}
+
+// Start serves until Stop.
+func (h *HTTPServer) Start(t testing.TB) {
+	t.Helper()
+	out, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := &cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(out)), "git-http-backend"),
+		Env:  []string{"GIT_PROJECT_ROOT=" + h.root, "GIT_HTTP_EXPORT_ALL=1"},
+	}
+	l, err := net.Listen("tcp", h.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv = &http.Server{Handler: backend, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = h.srv.Serve(l) }()
+}
+
+// Stop stops serving.
+func (h *HTTPServer) Stop() {
+	if h.srv != nil {
+		_ = h.srv.Close()
+	}
+}
+
+// HTTPURL is the repository's URL on server h (the bare repository must be
+// under h's root).
+func (r *Repo) HTTPURL(h *HTTPServer) string {
+	rel, _ := filepath.Rel(h.root, r.Bare)
+	return "http://" + h.Addr + "/" + filepath.ToSlash(rel)
 }
