@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing/transport"
+
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
 
@@ -172,3 +174,62 @@ func TestListBranchesRealRepository(t *testing.T) {
 		t.Fatal("listing a missing repository succeeded")
 	}
 }
+
+// TestSharedClassifiesEvictsAndInvalidatesOnce: permanent errors are told
+// from transient ones (which carry the retry time); listings nobody asks for
+// are evicted; one push invalidates a repository once however many Stacks
+// report it.
+func TestSharedClassifiesEvictsAndInvalidatesOnce(t *testing.T) {
+	notFound := fmt.Errorf("list references: %w", transportNotFound)
+	fake := &counting{calls: map[string]int{}, fail: map[string]error{"gone": notFound, "down": errors.New("dial tcp: connection refused")}}
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	s := &Shared{TTL: time.Minute, List: fake.list, Now: clock.now}
+	ctx := context.Background()
+
+	_, err := s.Branch(ctx, "gone", "main", Auth{})
+	if !IsUnavailable(err) {
+		t.Fatalf("repository not found: %v is not permanent", err)
+	}
+	_, err = s.Branch(ctx, "down", "main", Auth{})
+	if after, ok := RetryAfter(err); IsUnavailable(err) || !ok || after != 5*time.Second {
+		t.Fatalf("connection refused: %v (retry %s, %v)", err, after, ok)
+	}
+	if _, err := s.Branch(ctx, "up", "missing", Auth{}); !IsUnavailable(err) || !strings.Contains(err.Error(), "branch missing not found") {
+		t.Fatalf("missing branch: %v", err)
+	}
+
+	// Pushes: the first report of a push lists again, later ones share it.
+	base := fake.total()
+	for range 5 {
+		s.InvalidateOnce("up", "push-1")
+		if _, err := s.Branch(ctx, "up", "main", Auth{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fake.total() - base; got != 1 {
+		t.Fatalf("one push made %d listings, want 1", got)
+	}
+	s.InvalidateOnce("up", "push-2")
+	if _, err := s.Branch(ctx, "up", "main", Auth{}); err != nil || fake.total()-base != 2 {
+		t.Fatalf("a second push did not list again (%v)", err)
+	}
+
+	// Eviction: 100 repositories asked once, then only one keeps being used.
+	for i := range 100 {
+		_, _ = s.Branch(ctx, fmt.Sprintf("repo-%d", i), "main", Auth{Token: "t"})
+	}
+	if s.Len() < 100 {
+		t.Fatalf("%d listings held", s.Len())
+	}
+	for range 15 {
+		clock.t = clock.t.Add(time.Minute + time.Second)
+		if _, err := s.Branch(ctx, "up", "main", Auth{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 1 {
+		t.Fatalf("%d listings held after the others went unused for 15 minutes, want 1", n)
+	}
+}
+
+var transportNotFound = transport.ErrRepositoryNotFound
