@@ -60,7 +60,7 @@ func (r *StackReconciler) summarize(sc *stackScope, err error) (ctrl.Result, err
 		return ctrl.Result{RequeueAfter: stalling.requeue}, nil
 	case errors.As(err, &waiting):
 		reason := waiting.reason
-		if !s.DeletionTimestamp.IsZero() {
+		if !s.DeletionTimestamp.IsZero() && !runningBeforeDestroy(s) {
 			reason = pulumiv1.ReconcilingDeletingReason
 		}
 		markReconciling(s, reason, waiting.msg)
@@ -72,6 +72,14 @@ func (r *StackReconciler) summarize(sc *stackScope, err error) (ctrl.Result, err
 	}
 	markReconciling(s, pulumiv1.ReconcilingTransientErrorReason, "retrying after an error: "+err.Error())
 	return ctrl.Result{}, err
+}
+
+// runningBeforeDestroy: a deleted Stack's update in flight is not the destroy
+// (which runs after it): it keeps its own reason, so a reader tells the two
+// apart.
+func runningBeforeDestroy(s *pulumiv1.Stack) bool {
+	cu := s.Status.CurrentUpdate
+	return cu != nil && cu.Purpose != pulumiv1.UpdatePurposeDestroy
 }
 
 // createError classifies a failed create: in a namespace being deleted

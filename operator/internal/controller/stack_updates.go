@@ -182,7 +182,14 @@ func (r *StackReconciler) readOutputs(ctx context.Context, u *autov1alpha1.Updat
 		return nil, nil
 	}
 	var sec corev1.Secret
-	if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: u.Status.Outputs}, &sec); err != nil {
+	key := types.NamespacedName{Namespace: u.Namespace, Name: u.Status.Outputs}
+	err := r.Get(ctx, key, &sec)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		// Written just before the Update completed: the cache may not have
+		// it yet.
+		err = r.APIReader.Get(ctx, key, &sec)
+	}
+	if err != nil {
 		return nil, err
 	}
 	secret := map[string]bool{}

@@ -193,7 +193,7 @@ func TestCaptureHealthFixtures(t *testing.T) {
 		}},
 		{name: "stack-drift-detected", stack: "drifted", after: "tamper drifted", when: func(s *pulumiv1.Stack) bool {
 			c := condition(s, pulumiv1.DriftDetectedCondition)
-			return c != nil && c.Status == metav1.ConditionTrue && s.Status.DriftCheck != nil && s.Status.DriftCheck.Update == ""
+			return c != nil && c.Status == metav1.ConditionTrue && s.Status.DriftCheck != nil && s.Status.CurrentUpdate == nil
 		}, do: rec.captureAs("stack-drift-detected")},
 		// Deleted while its second up runs: the up finishes, then the destroy
 		// runs. (Deleted during its first update, a Stack has no lastUpdate and
@@ -212,7 +212,8 @@ func TestCaptureHealthFixtures(t *testing.T) {
 			return s.DeletionTimestamp != nil && runningMsg(s, "up") && c.ObservedGeneration == s.Generation
 		}, do: rec.captureAs("stack-deleting-update-running")},
 		{name: "stack-deleting-destroy-running", stack: "destroyed", after: "stack-deleting-update-running", when: func(s *pulumiv1.Stack) bool {
-			return s.DeletionTimestamp != nil && reconciling(s, pulumiv1.ReconcilingDeletingReason) && s.Status.CurrentUpdate != nil
+			return s.DeletionTimestamp != nil && reconciling(s, pulumiv1.ReconcilingDeletingReason) && s.Status.CurrentUpdate != nil &&
+				s.Status.CurrentUpdate.Purpose == pulumiv1.UpdatePurposeDestroy
 		}, do: rec.captureAs("stack-deleting-destroy-running")},
 		{name: "destroyed gone", stack: "destroyed", after: "stack-deleting-destroy-running", gone: true},
 		// Deleted after it deployed a record its provider refuses to delete.
@@ -497,8 +498,23 @@ func (r *fixtureRecorder) capture(name string, u *unstructured.Unstructured) {
 			ref.(map[string]any)["uid"] = fixtureUID
 		}
 	}
-	// Update names end in a hash of the Stack's UID: number them in order
-	// of appearance instead.
+	// How many updates ran before a state was reached depends on timing
+	// (drift checks every second, retries at a 1 s cap): sequence numbers
+	// are placeholders, and Update names are numbered in order of
+	// appearance.
+	if st, ok := obj["status"].(map[string]any); ok {
+		if _, ok := st["updateSequence"]; ok {
+			st["updateSequence"] = int64(1)
+		}
+		if cu, ok := st["currentUpdate"].(map[string]any); ok {
+			cu["number"] = int64(1)
+		}
+	}
+	if ann, ok := meta["annotations"].(map[string]any); ok {
+		if _, ok := ann["stackflow.io/update-number"]; ok {
+			ann["stackflow.io/update-number"] = "1"
+		}
+	}
 	var updates autoUpdateList
 	if err := cp.Client.List(context.Background(), &updates.UpdateList, client.InNamespace(r.ns)); err != nil {
 		r.t.Fatal(err)
@@ -517,7 +533,7 @@ func (r *fixtureRecorder) capture(name string, u *unstructured.Unstructured) {
 	sort.Slice(present, func(i, j int) bool { return present[i].at < present[j].at })
 	var pairs []string
 	for i, p := range present {
-		// <stack>-<8 hex digits>: keep the Stack's name.
+		// <stack>-<number>: keep the Stack's name.
 		prefix := p.name
 		if j := strings.LastIndex(p.name, "-"); j > 0 {
 			prefix = p.name[:j]
