@@ -65,8 +65,10 @@ var healthCases = []healthCase{
 	{"captured/stack-deleting-destroy-failed.yaml", degraded,
 		`Deleting: destroy failed (attempt 1): stackflowtest: record "fx-doomed": failOn=delete: delete refused; retrying in {duration}, the finalizer is kept until it succeeds`, ""},
 
+	{"captured/stack-drift-check-running.yaml", healthy, "Last up succeeded at 5f3c2a1",
+		"Last up succeeded at 5f3c2a1b9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a"},
 	{"captured/stack-drift-detected.yaml", degraded,
-		"Drift detected: 1 resource(s) differ from the last successful update of 5f3c2a1b9d8e (update 1): update stackflowtest:index:Record::rec; checked by drifted-drift-00000001", ""},
+		"Drift detected: 1 resource(s) differ from the last successful update of 5f3c2a1b9d8e (update 1): update stackflowtest:index:Record::rec; checked by drifted-00000001", ""},
 
 	// Stack, hand-written.
 	{"hand/stack-no-status.yaml", progressing, "Waiting for the operator to reconcile the Stack", ""},
@@ -74,7 +76,7 @@ var healthCases = []healthCase{
 	{"hand/stack-preview-changes.yaml", healthy,
 		"Preview mode: preview of 5f3c2a1 succeeded, nothing deployed; changes: create 1, same 3, update 2",
 		"Preview mode: preview of 5f3c2a1b9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a succeeded, nothing deployed; changes: create 1, same 3, update 2"},
-	{"hand/stack-conflict-retry.yaml", progressing, "Retrying: another update holds the stack; retrying shortly", ""},
+	{"hand/stack-conflict-retry.yaml", progressing, "Reconciling (RetryingAfterConflict): another update holds the stack (conflict 1, dev-2); retrying in 10s", ""},
 	{"hand/stack-request-while-source-stalled.yaml", degraded, "Stalled (SourceUnavailable): program dev-program not found", ""},
 	{"hand/stack-request-while-update-stalled.yaml", progressing,
 		"Waiting for the operator to act on reconciliation request 2025-01-02T00:00:00Z", ""},

@@ -60,6 +60,10 @@ func (r *StackReconciler) startUpdate(ctx context.Context, sc *stackScope, p sta
 	}
 	cu := r.adopt(s, u)
 	log.FromContext(ctx).Info("Started update", "update", u.Name, "type", u.Spec.Type, "purpose", cu.Purpose, "revision", cu.Commit, "reason", why)
+	if cu.Purpose == pulumiv1.UpdatePurposeDriftCheck {
+		// See reconcileCurrentUpdate: the Stack stays Ready during a check.
+		return errUpToDate
+	}
 	return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: fmt.Sprintf("%s %s running for %s (%s)", u.Spec.Type, u.Name, shortRev(cu.Commit), why)}
 }
 
@@ -110,6 +114,12 @@ func (r *StackReconciler) reconcileCurrentUpdate(ctx context.Context, sc *stackS
 	}
 	complete := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete)
 	if complete == nil || complete.Status != metav1.ConditionTrue {
+		if cu.Purpose == pulumiv1.UpdatePurposeDriftCheck && s.DeletionTimestamp.IsZero() && s.Status.LastUpdate != nil {
+			// A drift check observes and changes nothing: the Stack stays
+			// Ready meanwhile (Argo CD does not see it progress every few
+			// minutes); nothing else runs until it ends and wakes the Stack.
+			return errUpToDate
+		}
 		return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: fmt.Sprintf("%s %s running for %s", u.Spec.Type, u.Name, shortRev(cu.Commit))}
 	}
 	r.recordResult(ctx, s, cu, &u, complete)

@@ -59,8 +59,9 @@ func TestChaosOperatorKills(t *testing.T) {
 		all = append(all, s)
 	}
 
-	// The chaos: the operator is killed after a random 0.3–4 s of life and
-	// started again at once, until the Stacks are done.
+	// The chaos: the operator is killed after a random 1–8 s of life (its
+	// start takes about a second, longer on a loaded machine) and started
+	// again at once, until the Stacks are done.
 	done := make(chan struct{})
 	var kills int
 	var wg sync.WaitGroup
@@ -69,7 +70,7 @@ func TestChaosOperatorKills(t *testing.T) {
 		defer wg.Done()
 		for {
 			op := startOperatorProcess(t, e, kc)
-			life := time.Duration(300+rng.Intn(3700)) * time.Millisecond
+			life := time.Duration(1000+rng.Intn(7000)) * time.Millisecond
 			select {
 			case <-done:
 				op.kill()

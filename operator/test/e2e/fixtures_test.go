@@ -185,8 +185,12 @@ func TestCaptureHealthFixtures(t *testing.T) {
 			c := condition(s, pulumiv1.StalledCondition)
 			return c != nil && c.Reason == pulumiv1.StalledSourceUnavailableReason
 		}, do: rec.captureAs("stack-stalled-source")},
+		// A drift check in flight leaves the Stack Ready (it changes nothing).
+		{name: "stack-drift-check-running", stack: "drifted", when: func(s *pulumiv1.Stack) bool {
+			return ready(s) && s.Status.CurrentUpdate != nil && s.Status.CurrentUpdate.Purpose == pulumiv1.UpdatePurposeDriftCheck
+		}, do: rec.captureAs("stack-drift-check-running")},
 		// Its record edited out of band: the next drift check reports it.
-		{name: "tamper drifted", stack: "drifted", when: ready, do: func(*unstructured.Unstructured, *pulumiv1.Stack) {
+		{name: "tamper drifted", stack: "drifted", after: "stack-drift-check-running", when: ready, do: func(*unstructured.Unstructured, *pulumiv1.Stack) {
 			if err := os.WriteFile(filepath.Join(e.pe.RecordsDir, "fx-drifted"), []byte("tampered"), 0o644); err != nil {
 				t.Fatal(err)
 			}

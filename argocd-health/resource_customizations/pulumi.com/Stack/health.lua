@@ -102,6 +102,8 @@ local stalled = condition("Stalled")
 local drift = condition("DriftDetected")
 local lastUpdate = tbl(status.lastUpdate)
 local current = tbl(status.currentUpdate)
+-- A drift check observes and changes nothing: the Stack is not progressing.
+if current ~= nil and current.purpose == "drift-check" and not (meta.deletionTimestamp ~= nil) then current = nil end
 
 -- The update type of the running update: the first word of the operator's
 -- Reconciling message ("up stack-1a2b3c4d running for …"), else what the
