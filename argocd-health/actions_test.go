@@ -25,6 +25,7 @@ var stackActions = []string{"preview-off", "preview-on", "reconcile-now", "retry
 var enabledActions = map[string][]string{
 	"captured/stack-running.yaml":                  {"preview-on", "reconcile-now"},
 	"captured/stack-succeeded.yaml":                {"preview-on", "reconcile-now"},
+	"captured/stack-drift-check-running.yaml":      {"preview-on", "reconcile-now"},
 	"captured/stack-succeeded-program.yaml":        {"preview-on", "reconcile-now"},
 	"captured/stack-preview-succeeded.yaml":        {"preview-off", "reconcile-now"},
 	"captured/stack-retrying.yaml":                 {"preview-on", "reconcile-now", "retry"},

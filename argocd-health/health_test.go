@@ -47,7 +47,7 @@ var healthCases = []healthCase{
 		"Retrying after 1 failed attempt: running up retrying-00000001 for 5f3c2a1; last error: " + engineErr,
 		"Retrying after 1 failed attempt: running up retrying-00000001 for 5f3c2a1b9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a; last error: " + engineErr},
 	{"captured/stack-stalled.yaml", degraded,
-		`Stalled (UpdateFailed): the update failed 5 times in a row: stackflowtest: record "fx-stalled": failOn=create: create refused; fix the program or its configuration, push a new commit, or request a reconciliation`, ""},
+		`Stalled (UpdateFailed): the update failed 5 times in a row: stackflowtest: record "fx-stalled": failOn=create: create refused; fix the program or its configuration, push a new commit, or request a reconciliation (retrying anyway in {duration})`, ""},
 	{"captured/stack-stalled-source.yaml", degraded,
 		"Stalled (SourceUnavailable): resolve branch missing of file:///git/fixtures.git: branch missing not found in file:///git/fixtures.git", ""},
 	{"captured/stack-waiting-prerequisite.yaml", progressing,

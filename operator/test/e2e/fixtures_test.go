@@ -372,7 +372,17 @@ func runFixtureAction(t *testing.T, ns, name, action, want string, acted func(*p
 		t.Fatal(err)
 	}
 	vm := lua.VM{ResourceOverrides: overrides}
-	live := fixtureGet(t, fixtureStackGVK, ns, name)
+	var live *unstructured.Unstructured
+	if action == "retry" {
+		// Retry acts on a failed Stack, not on one running its retry at the
+		// backoff cap: take the live object while it shows Stalled.
+		eventually(t, 2*time.Minute, name+" stalled for the retry action", func() (bool, error) {
+			live = fixtureGet(t, fixtureStackGVK, ns, name)
+			return fixtureConditionStatus(live, pulumiv1.StalledCondition) == metav1.ConditionTrue, nil
+		})
+	} else {
+		live = fixtureGet(t, fixtureStackGVK, ns, name)
+	}
 	def, err := vm.GetResourceAction(live, action)
 	if err != nil {
 		t.Fatal(err)

@@ -188,4 +188,22 @@ func TestDriftDetection(t *testing.T) {
 	if got, _ := e.pe.Record(t, "drifty"); got != "desired" {
 		t.Fatalf("remediation left record = %q", got)
 	}
+	// Only the remediation refreshed: the deploys (the first, and the one for
+	// the spec change, which ran while drift was reported) did not.
+	var list autoUpdateList
+	if err := cp.Client.List(ctx, &list.UpdateList, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	deploys := 0
+	for _, u := range list.Items {
+		if u.Annotations["stackflow.io/purpose"] == string(pulumiv1.UpdatePurposeDeploy) {
+			deploys++
+			if u.Spec.Refresh != nil && *u.Spec.Refresh {
+				t.Fatalf("deploy %s refreshed: only a remediation adds refresh", u.Name)
+			}
+		}
+	}
+	if deploys != 2 {
+		t.Fatalf("%d deploy Updates, want 2", deploys)
+	}
 }

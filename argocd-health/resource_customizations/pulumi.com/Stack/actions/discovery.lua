@@ -22,7 +22,7 @@ end
 -- While a Stack is deleted the operator only destroys and removes its
 -- finalizer: requests and spec changes would do nothing.
 local deleting = meta.deletionTimestamp ~= nil
-local failing = isTrue("Stalled", nil) or isTrue("Reconciling", "RetryingAfterFailure")
+local failing = isTrue("Stalled", nil) or isTrue("Reconciling", "RetryingAfterFailure") or isTrue("Reconciling", "RetryingAfterConflict")
 local preview = spec.preview == true
 
 local actions = {}

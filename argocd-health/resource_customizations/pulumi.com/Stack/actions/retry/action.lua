@@ -1,5 +1,6 @@
 -- Retries a Stack whose update failed now, without waiting for the backoff
--- (RetryingAfterFailure) or after the operator gave up (Stalled): a new
+-- (RetryingAfterFailure), or one that met another run's lock
+-- (RetryingAfterConflict), or after the operator gave up (Stalled): a new
 -- pulumi.com/reconciliation-request value runs the update again. Argo CD does
 -- not check that an action is enabled, so on any other Stack this returns it
 -- unchanged (an empty patch).
@@ -19,7 +20,7 @@ local function isTrue(typ, reason)
 end
 
 if obj.metadata.deletionTimestamp ~= nil then return obj end
-if not (isTrue("Stalled", nil) or isTrue("Reconciling", "RetryingAfterFailure")) then return obj end
+if not (isTrue("Stalled", nil) or isTrue("Reconciling", "RetryingAfterFailure") or isTrue("Reconciling", "RetryingAfterConflict")) then return obj end
 
 local key = "pulumi.com/reconciliation-request"
 if type(obj.metadata.annotations) ~= "table" then obj.metadata.annotations = {} end
