@@ -101,6 +101,20 @@ func (t Thresholds) withDefaults() Thresholds {
 // its termination message file when it cannot prepare the program.
 var agentReasons = []string{autov1alpha1.WorkspaceReasonSourceUnavailable, autov1alpha1.WorkspaceReasonInstallationFailed}
 
+// SplitAgentReason splits a line the agent left when it stopped into its
+// classification (a Workspace reason, "" when unclassified) and message.
+func SplitAgentReason(line string) (reason, msg string) {
+	for _, r := range agentReasons {
+		if rest, ok := strings.CutPrefix(line, r+": "); ok {
+			return r, rest
+		}
+	}
+	return "", line
+}
+
+// LastLine is the last non-empty line of s, trimmed and capped in length.
+func LastLine(s string) string { return lastLine(s) }
+
 // maxLineLength caps the log line quoted in a message (it ends up in the
 // Workspace's and the Stack's conditions).
 const maxLineLength = 512
@@ -235,13 +249,9 @@ func classifyContainer(cs *corev1.ContainerStatus, age time.Duration, th Thresho
 		}
 		return Health{}, false
 	}
-	line := lastLine(term.Message)
-	reason := autov1alpha1.WorkspaceReasonCrashLooping
-	for _, r := range agentReasons {
-		if rest, ok := strings.CutPrefix(line, r+": "); ok {
-			reason, line = r, rest
-			break
-		}
+	reason, line := SplitAgentReason(lastLine(term.Message))
+	if reason == "" {
+		reason = autov1alpha1.WorkspaceReasonCrashLooping
 	}
 	how := term.Reason
 	if how == "" {
