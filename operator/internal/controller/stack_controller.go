@@ -549,7 +549,11 @@ func (r *StackReconciler) reconcileWorkspace(ctx context.Context, s *pulumiv1.St
 			msg += ": " + ready.Message
 		}
 		if stalled := apimeta.FindStatusCondition(cur.Status.Conditions, autov1alpha1.WorkspaceStalled); stalled != nil && stalled.Status == metav1.ConditionTrue {
-			markStalled(s, pulumiv1.StalledWorkspaceFailedReason, "workspace failed: "+stalled.Message)
+			reason := pulumiv1.StalledWorkspaceFailedReason
+			if stalled.Reason == autov1alpha1.WorkspaceReasonSourceUnavailable {
+				reason = pulumiv1.StalledSourceUnavailableReason
+			}
+			markStalled(s, reason, "workspace failed: "+stalled.Message)
 			return false, nil
 		}
 		markReconciling(s, pulumiv1.ReconcilingProcessingReason, msg)
