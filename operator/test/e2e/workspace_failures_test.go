@@ -85,6 +85,7 @@ func TestPodRuntimeWorkspaceFailures(t *testing.T) {
 	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "broken"}}
 
 	// (a) The image cannot be pulled: retrying, then stalled.
+	written := time.Now()
 	started := metav1.NewTime(clock.Now())
 	kubelet(t, p, func(st *corev1.PodStatus) {
 		st.Phase, st.StartTime = corev1.PodPending, &started
@@ -104,6 +105,7 @@ func TestPodRuntimeWorkspaceFailures(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionTrue && condition(s, pulumiv1.StalledCondition) == nil &&
 			strings.Contains(c.Message, "waiting for the workspace: container pulumi: ErrImagePull: failed to pull")
 	})
+	t.Logf("Stack Reconciling %s after the kubelet's ErrImagePull: %s", time.Since(written).Round(time.Millisecond), condition(s, pulumiv1.ReconcilingCondition).Message)
 	// A kubelet backs off and keeps failing; past the threshold it is stalled.
 	clock.Advance(2 * time.Minute)
 	kubelet(t, p, func(st *corev1.PodStatus) {
@@ -116,6 +118,7 @@ func TestPodRuntimeWorkspaceFailures(t *testing.T) {
 		return c != nil && c.Reason == pulumiv1.StalledWorkspaceFailedReason &&
 			strings.Contains(c.Message, `workspace failed: container pulumi: ImagePullBackOff: Back-off pulling image`)
 	})
+	t.Logf("Stack Stalled: %s", condition(s, pulumiv1.StalledCondition).Message)
 
 	// (b) The image pulled; the agent crashes with secret values in its last
 	// words, restarted three times.
@@ -137,6 +140,7 @@ func TestPodRuntimeWorkspaceFailures(t *testing.T) {
 		return c != nil && c.Reason == pulumiv1.StalledWorkspaceFailedReason &&
 			strings.Contains(c.Message, "container pulumi exited with Error (exit code 1, restarted 3 times, CrashLoopBackOff): "+redacted)
 	})
+	t.Logf("Stack Stalled: %s", condition(s, pulumiv1.StalledCondition).Message)
 	// One Warning event per change: the failing pull, the stalled pull, the
 	// crash loop; none carries a secret.
 	var events []corev1.Event
@@ -282,6 +286,7 @@ func TestStackPinnedToMissingCommit(t *testing.T) {
 		return c != nil && c.Reason == pulumiv1.StalledSourceUnavailableReason &&
 			strings.Contains(c.Message, "commit "+missing+" not found in "+repo.URL())
 	})
+	t.Logf("Stack Stalled (%s): %s", condition(s, pulumiv1.StalledCondition).Reason, condition(s, pulumiv1.StalledCondition).Message)
 	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "ghost"}}
 	if err := get(t, ws); err != nil {
 		t.Fatal(err)
