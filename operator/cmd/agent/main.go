@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,6 +45,7 @@ func main() {
 		workspace   string
 		logLevel    uint
 		secretEnv   string
+		termPath    string
 		envFromFlag multiFlag
 	)
 	fs.StringVar(&opts.WorkDir, "workdir", "/share/workspace", "scratch directory; the program is fetched under it")
@@ -64,7 +66,11 @@ func main() {
 	fs.UintVar(&logLevel, "pulumi-log-level", 0, "engine log verbosity")
 	fs.StringVar(&secretEnv, "secret-env", "PULUMI_ACCESS_TOKEN,PULUMI_CONFIG_PASSPHRASE,AWS_SECRET_ACCESS_KEY,AWS_SESSION_TOKEN,ARM_CLIENT_SECRET,GOOGLE_CREDENTIALS", "comma-separated environment variables whose values are redacted from all output")
 	fs.Var(&envFromFlag, "env", "KEY=VALUE environment for pulumi (repeatable)")
+	fs.StringVar(&termPath, "termination-message-path", defaultTerminationPath, "file receiving one line saying why the agent stopped (\"SourceUnavailable: …\", \"InstallationFailed: …\" or the error), read by the workspace runtime; the default, the kubelet's, is written only if it exists")
 	_ = fs.Parse(os.Args[2:])
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "termination-message-path" })
+	term := terminationFile{path: termPath, create: explicit}
 
 	log := stdr.New(nil).WithName("agent")
 	stdr.SetVerbosity(int(logLevel))
@@ -79,13 +85,13 @@ func main() {
 
 	authn, err := authenticator(auth, tokenEnv, audience, workspace)
 	if err != nil {
-		fail(log, err)
+		fail(log, term, err)
 	}
 	so.Auth = authn
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := agent.Serve(ctx, log, opts, so); err != nil {
-		fail(log, err)
+		fail(log, term, err)
 	}
 }
 
@@ -115,8 +121,49 @@ func authenticator(kind, tokenEnv, audience, workspace string) (agent.Authentica
 	return nil, fmt.Errorf("unknown --auth %q: use token or kube", kind)
 }
 
-func fail(log logr.Logger, err error) {
-	log.Error(err, "Agent stopped")
+// defaultTerminationPath is where the kubelet reads a container's
+// termination message.
+const defaultTerminationPath = "/dev/termination-log"
+
+// terminationFile receives the agent's last word.
+type terminationFile struct {
+	path string
+	// create: the path was given explicitly (the local runtime's); otherwise
+	// only an existing file (the kubelet's) is written, so an agent run by
+	// hand does not create /dev/termination-log.
+	create bool
+}
+
+func (f terminationFile) write(line string) error {
+	if f.path == "" {
+		return nil
+	}
+	flags := os.O_WRONLY | os.O_TRUNC
+	if f.create {
+		flags |= os.O_CREATE
+	}
+	out, err := os.OpenFile(f.path, flags, 0o644)
+	if errors.Is(err, os.ErrNotExist) && !f.create {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := out.WriteString(line + "\n"); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// fail logs why the agent stops, leaves it in the termination message file
+// (classified: "SourceUnavailable: …"), and exits.
+func fail(log logr.Logger, term terminationFile, err error) {
+	line := agent.TerminationMessage(err)
+	log.Error(err, "Agent stopped", "reason", agent.FailureReason(err), "terminationMessage", line)
+	if werr := term.write(line); werr != nil {
+		log.Error(werr, "Cannot write the termination message", "path", term.path)
+	}
 	os.Exit(1)
 }
 

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
@@ -321,22 +325,43 @@ func TestAgentBadInput(t *testing.T) {
 }
 
 // TestAgentSourceErrors: an unreachable repository, a missing branch or commit,
-// a digest mismatch fail preparation with an error naming the problem.
+// a missing or mismatching artifact fail preparation with an error naming the
+// problem, classified SourceUnavailable when the source is missing or refused
+// (and unclassified when the failure may pass, such as a refused connection).
 func TestAgentSourceErrors(t *testing.T) {
 	repo := gitrepo.New(t)
 	repo.Commit(t, "program", map[string]string{"Pulumi.yaml": program})
+	tarball := []byte("not the expected bytes")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/a.tgz":
+			_, _ = w.Write(tarball)
+		case "/busy.tgz":
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	digest := "sha256:" + strings.Repeat("0", 64)
+	const unavailable = agent.ReasonSourceUnavailable
 	cases := []struct {
-		name string
-		src  agent.Source
-		want string
+		name   string
+		src    agent.Source
+		want   string
+		reason string
 	}{
-		{"unreachable", agent.Source{GitURL: "file:///nonexistent/repo.git", GitRef: "main"}, "fetch file:///nonexistent/repo.git at main"},
-		{"missing branch", agent.Source{GitURL: repo.URL(), GitRef: "release"}, `fetch ` + repo.URL() + ` at release`},
-		{"missing commit", agent.Source{GitURL: repo.URL(), GitRef: strings.Repeat("ab", 20)}, "commit abababababababababababababababababababab not found"},
-		{"no project in dir", agent.Source{GitURL: repo.URL(), GitRef: "main", Dir: "sub"}, `no Pulumi.yaml in program directory`},
-		{"escaping dir", agent.Source{GitURL: repo.URL(), GitRef: "main", Dir: "../.."}, `escapes the source`},
-		{"no source", agent.Source{}, "no program source"},
-		{"bad digest form", agent.Source{ArtifactURL: "http://127.0.0.1:1/a.tgz", ArtifactDigest: "md5:abc"}, "is not of the form sha256"},
+		{"missing repository", agent.Source{GitURL: "file:///nonexistent/repo.git", GitRef: "main"}, "fetch file:///nonexistent/repo.git at main", unavailable},
+		{"connection refused", agent.Source{GitURL: "http://127.0.0.1:1/repo.git", GitRef: "main"}, "fetch http://127.0.0.1:1/repo.git at main", ""},
+		{"missing branch", agent.Source{GitURL: repo.URL(), GitRef: "release"}, `branch "release" not found in ` + repo.URL(), unavailable},
+		{"missing commit", agent.Source{GitURL: repo.URL(), GitRef: strings.Repeat("ab", 20)}, "commit abababababababababababababababababababab not found in " + repo.URL(), unavailable},
+		{"no project in dir", agent.Source{GitURL: repo.URL(), GitRef: "main", Dir: "sub"}, `no Pulumi.yaml in program directory`, unavailable},
+		{"escaping dir", agent.Source{GitURL: repo.URL(), GitRef: "main", Dir: "../.."}, `escapes the source`, unavailable},
+		{"no source", agent.Source{}, "no program source", unavailable},
+		{"bad digest form", agent.Source{ArtifactURL: "http://127.0.0.1:1/a.tgz", ArtifactDigest: "md5:abc"}, "is not of the form sha256", unavailable},
+		{"artifact not found", agent.Source{ArtifactURL: srv.URL + "/gone.tgz", ArtifactDigest: digest}, "HTTP 404 Not Found", unavailable},
+		{"artifact server busy", agent.Source{ArtifactURL: srv.URL + "/busy.tgz", ArtifactDigest: digest}, "HTTP 503 Service Unavailable", ""},
+		{"artifact digest mismatch", agent.Source{ArtifactURL: srv.URL + "/a.tgz", ArtifactDigest: digest}, "digest mismatch", unavailable},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -344,6 +369,29 @@ func TestAgentSourceErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
+			if got := agent.FailureReason(err); got != tc.reason {
+				t.Fatalf("FailureReason(%v) = %q, want %q", err, got, tc.reason)
+			}
+			line := agent.TerminationMessage(err)
+			if strings.Contains(line, "\n") || !strings.HasPrefix(line, tc.reason) {
+				t.Fatalf("TerminationMessage = %q: want one line starting with %q", line, tc.reason)
+			}
 		})
+	}
+}
+
+// TestAgentReasonsAreWorkspaceReasons: the runtimes report the agent's
+// classification as the Workspace condition reason of the same name.
+func TestAgentReasonsAreWorkspaceReasons(t *testing.T) {
+	if agent.ReasonSourceUnavailable != autov1alpha1.WorkspaceReasonSourceUnavailable ||
+		agent.ReasonInstallationFailed != autov1alpha1.WorkspaceReasonInstallationFailed {
+		t.Fatal("the agent's failure reasons differ from the Workspace reasons")
+	}
+	err := fmt.Errorf("fetch program: %w", &agent.PrepareError{Reason: agent.ReasonSourceUnavailable, Err: errors.New("commit 01 not found\nin x")})
+	if got, want := agent.TerminationMessage(err), "SourceUnavailable: fetch program: commit 01 not found in x"; got != want {
+		t.Fatalf("TerminationMessage = %q, want %q", got, want)
+	}
+	if got := agent.TerminationMessage(errors.New("listen on :1: address in use")); got != "listen on :1: address in use" {
+		t.Fatalf("unclassified TerminationMessage = %q", got)
 	}
 }

@@ -104,16 +104,16 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(fetched.ProgramDir), auto.Pulumi(cmd), auto.EnvVars(env)}
 	ws, err := auto.NewLocalWorkspace(ctx, wsOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("open Pulumi workspace in %s: %w", fetched.ProgramDir, err)
+		return nil, installationFailed(fmt.Errorf("open Pulumi workspace in %s: %s", fetched.ProgramDir, red.redact(summarize(err))))
 	}
 	proj, err := ws.ProjectSettings(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read Pulumi.yaml: %w", err)
+		return nil, installationFailed(fmt.Errorf("read Pulumi.yaml: %s", red.redact(err.Error())))
 	}
 	log.Info("Installing program dependencies", "project", proj.Name, "runtime", proj.Runtime.Name())
 	out := &logWriter{log: log, redact: red}
 	if err := ws.Install(ctx, &auto.InstallOptions{Stdout: out, Stderr: out}); err != nil {
-		return nil, fmt.Errorf("install dependencies (pulumi install): %s", red.redact(summarize(err)))
+		return nil, installationFailed(fmt.Errorf("install dependencies (pulumi install): %s", red.redact(summarize(err))))
 	}
 	hostname := opts.Hostname
 	if hostname == "" {

@@ -78,11 +78,11 @@ func Fetch(ctx context.Context, src Source, root string) (Fetched, error) {
 	case src.LocalDir != "":
 		dir := filepath.Join(src.LocalDir, src.Dir)
 		if err := requireProject(dir); err != nil {
-			return Fetched{}, err
+			return Fetched{}, sourceUnavailable(err)
 		}
 		return Fetched{ProgramDir: dir, Revision: "local"}, nil
 	}
-	return Fetched{}, errors.New("no program source: give a git URL, an artifact URL or a local directory")
+	return Fetched{}, sourceUnavailable(errors.New("no program source: give a git URL, an artifact URL or a local directory"))
 }
 
 func requireProject(dir string) error {
@@ -106,10 +106,10 @@ func subdir(root, dir string) (string, error) {
 func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 	auth, err := src.GitAuth.Method()
 	if err != nil {
-		return Fetched{}, err
+		return Fetched{}, sourceUnavailable(fmt.Errorf("git credentials for %s: %w", redactURL(src.GitURL), err))
 	}
 	if src.GitRef == "" {
-		return Fetched{}, fmt.Errorf("git source %s: no ref (commit or branch) given", src.GitURL)
+		return Fetched{}, sourceUnavailable(fmt.Errorf("git source %s: no ref (commit or branch) given", redactURL(src.GitURL)))
 	}
 	repo, err := git.PlainInitWithOptions(root, &git.PlainInitOptions{Bare: false})
 	if err != nil {
@@ -140,18 +140,25 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 		err = repo.FetchContext(ctx, fetch)
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return Fetched{}, fmt.Errorf("fetch %s at %s: %w", redactURL(src.GitURL), src.GitRef, err)
+		if !isSHA && errors.Is(err, git.NoMatchingRefSpecError{}) {
+			return Fetched{}, sourceUnavailable(fmt.Errorf("branch %q not found in %s", branch, redactURL(src.GitURL)))
+		}
+		err = fmt.Errorf("fetch %s at %s: %w", redactURL(src.GitURL), src.GitRef, err)
+		if isSourceRefused(err) {
+			return Fetched{}, sourceUnavailable(err)
+		}
+		return Fetched{}, err
 	}
 	var hash plumbing.Hash
 	if isSHA {
 		hash = plumbing.NewHash(src.GitRef)
 		if _, err := repo.CommitObject(hash); err != nil {
-			return Fetched{}, fmt.Errorf("commit %s not found in %s: %w", src.GitRef, redactURL(src.GitURL), err)
+			return Fetched{}, sourceUnavailable(fmt.Errorf("commit %s not found in %s: %w", src.GitRef, redactURL(src.GitURL), err))
 		}
 	} else {
 		ref, err := repo.Reference(plumbing.NewRemoteReferenceName("origin", branch), true)
 		if err != nil {
-			return Fetched{}, fmt.Errorf("branch %q not found in %s: %w", branch, redactURL(src.GitURL), err)
+			return Fetched{}, sourceUnavailable(fmt.Errorf("branch %q not found in %s: %w", branch, redactURL(src.GitURL), err))
 		}
 		hash = ref.Hash()
 	}
@@ -173,12 +180,18 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 	}
 	dir, err := subdir(root, src.Dir)
 	if err != nil {
-		return Fetched{}, err
+		return Fetched{}, sourceUnavailable(err)
 	}
 	if err := requireProject(dir); err != nil {
-		return Fetched{}, fmt.Errorf("%s at %s: %w", redactURL(src.GitURL), hash, err)
+		return Fetched{}, sourceUnavailable(fmt.Errorf("%s at %s: %w", redactURL(src.GitURL), hash, err))
 	}
 	return Fetched{ProgramDir: dir, Revision: hash.String()}, nil
+}
+
+// isSourceRefused: the remote answered that the repository does not exist or
+// refused the credentials (as opposed to a network failure).
+func isSourceRefused(err error) bool {
+	return isAuthError(err) || errors.Is(err, transport.ErrRepositoryNotFound) || errors.Is(err, transport.ErrEmptyRemoteRepository)
 }
 
 func isAuthError(err error) bool {
@@ -206,7 +219,7 @@ func redactURL(u string) string {
 func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error) {
 	algo, want, ok := strings.Cut(src.ArtifactDigest, ":")
 	if !ok || algo != "sha256" || len(want) != 64 {
-		return Fetched{}, fmt.Errorf("artifact %s: digest %q is not of the form sha256:<64 hex digits>", redactURL(src.ArtifactURL), src.ArtifactDigest)
+		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s: digest %q is not of the form sha256:<64 hex digits>", redactURL(src.ArtifactURL), src.ArtifactDigest))
 	}
 	limit := src.MaxArtifactBytes
 	if limit <= 0 {
@@ -214,7 +227,7 @@ func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src.ArtifactURL, nil)
 	if err != nil {
-		return Fetched{}, fmt.Errorf("artifact URL: %w", err)
+		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact URL: %w", err))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -222,7 +235,13 @@ func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return Fetched{}, fmt.Errorf("download artifact %s: HTTP %s", redactURL(src.ArtifactURL), resp.Status)
+		err := fmt.Errorf("download artifact %s: HTTP %s", redactURL(src.ArtifactURL), resp.Status)
+		switch resp.StatusCode {
+		case http.StatusNotFound, http.StatusGone, http.StatusUnauthorized, http.StatusForbidden:
+			// Not there, or refused: a server error or throttling may pass.
+			return Fetched{}, sourceUnavailable(err)
+		}
+		return Fetched{}, err
 	}
 	tmp, err := os.CreateTemp("", "artifact-*.tar.gz")
 	if err != nil {
@@ -236,23 +255,23 @@ func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error
 		return Fetched{}, fmt.Errorf("download artifact %s: %w", redactURL(src.ArtifactURL), err)
 	}
 	if n > limit {
-		return Fetched{}, fmt.Errorf("artifact %s is larger than the %d-byte limit", redactURL(src.ArtifactURL), limit)
+		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s is larger than the %d-byte limit", redactURL(src.ArtifactURL), limit))
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
-		return Fetched{}, fmt.Errorf("artifact %s: digest mismatch: want sha256:%s, got sha256:%s", redactURL(src.ArtifactURL), want, got)
+		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s: digest mismatch: want sha256:%s, got sha256:%s", redactURL(src.ArtifactURL), want, got))
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return Fetched{}, err
 	}
 	if err := untar(tmp, root, limit); err != nil {
-		return Fetched{}, fmt.Errorf("unpack artifact %s: %w", redactURL(src.ArtifactURL), err)
+		return Fetched{}, sourceUnavailable(fmt.Errorf("unpack artifact %s: %w", redactURL(src.ArtifactURL), err))
 	}
 	dir, err := subdir(root, src.Dir)
 	if err != nil {
-		return Fetched{}, err
+		return Fetched{}, sourceUnavailable(err)
 	}
 	if err := requireProject(dir); err != nil {
-		return Fetched{}, err
+		return Fetched{}, sourceUnavailable(err)
 	}
 	return Fetched{ProgramDir: dir, Revision: src.ArtifactDigest}, nil
 }

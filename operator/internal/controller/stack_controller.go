@@ -482,7 +482,7 @@ func workspaceReadiness(ws *autov1alpha1.Workspace) error {
 	}
 	if stalled := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceStalled); stalled != nil && stalled.Status == metav1.ConditionTrue {
 		reason := pulumiv1.StalledWorkspaceFailedReason
-		if stalled.Reason == pulumiv1.StalledSourceUnavailableReason {
+		if stalled.Reason == autov1alpha1.WorkspaceReasonSourceUnavailable {
 			reason = pulumiv1.StalledSourceUnavailableReason
 		}
 		// The Workspace's recovery wakes the Stack.

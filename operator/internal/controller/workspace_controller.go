@@ -25,12 +25,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
@@ -48,6 +51,9 @@ type WorkspaceReconciler struct {
 	Agents   *agentclient.Pool
 	// Workers is the controller's concurrency.
 	Workers int
+	// WatchPods reconciles a Workspace when its pod changes (the pod runtime:
+	// the pod's status says why a workspace fails).
+	WatchPods bool
 
 	// applied remembers, per Workspace UID, which agent instance holds which
 	// stack configuration, so configuration is applied once per change or
@@ -59,11 +65,26 @@ type appliedConfig struct{ instance, hash string }
 
 // SetupWithManager registers the controller.
 func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&autov1alpha1.Workspace{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&appsv1.StatefulSet{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)})
+	if r.WatchPods {
+		// Pods are owned by the StatefulSet, not the Workspace: map them by
+		// their workspace label.
+		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(workspaceOfPod))
+	}
+	return b.Complete(r)
+}
+
+// workspaceOfPod is the Workspace a workspace pod runs.
+func workspaceOfPod(_ context.Context, obj client.Object) []reconcile.Request {
+	l := obj.GetLabels()
+	name := l[pod.LabelWorkspaceName]
+	if name == "" || l[pod.LabelManagedBy] != pod.LabelManagedByValue {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 }
 
 // +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces,verbs=get;list;watch;update;patch
@@ -73,6 +94,7 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile converges one Workspace.
@@ -83,6 +105,9 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	base := ws.DeepCopy()
 	defer func() {
+		if typ, reason, msg, ok := workspaceEvent(base.Status.Conditions, ws.Status.Conditions); ok {
+			r.Recorder.Event(ws, typ, reason, msg)
+		}
 		writeStatus(ctx, r.Client, base, ws, !equality.Semantic.DeepEqual(base.Status, ws.Status), &retErr)
 	}()
 
@@ -153,10 +178,20 @@ func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, ws *autov1alph
 	conds := &ws.Status.Conditions
 	switch {
 	case st.Failed:
-		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInstallationFailed, st.Message)
-		setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonInstallationFailed, st.Message)
-		// The runtime retries a failed agent after a backoff; look again then.
-		return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+		reason := st.Reason
+		if reason == "" {
+			reason = autov1alpha1.WorkspaceReasonInstallationFailed
+		}
+		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, reason, st.Message)
+		setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, reason, st.Message)
+		// The runtime (or the kubelet) keeps retrying; look again then. Pod
+		// changes also trigger a reconcile through the pod watch.
+		return ctrl.Result{RequeueAfter: recheck(st, 30*time.Second)}, nil
+	case !st.Ready && st.Reason != "":
+		// Failing while Kubernetes retries: not ready, not stalled (yet).
+		apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
+		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, st.Reason, st.Message)
+		return ctrl.Result{RequeueAfter: recheck(st, 10*time.Second)}, nil
 	case !st.Ready:
 		apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
 		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing, st.Message)
@@ -192,7 +227,6 @@ func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, ws *autov1alph
 				if c := status.Code(err); c == codes.InvalidArgument || c == codes.NotFound {
 					// The user must fix the configuration: stalled until the spec changes.
 					setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, workspaceReasonConfigurationFailed, msg)
-					r.Recorder.Event(ws, corev1.EventTypeWarning, workspaceReasonConfigurationFailed, msg)
 					return ctrl.Result{}, nil
 				}
 				return ctrl.Result{}, fmt.Errorf("%s", msg)
@@ -206,6 +240,46 @@ func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, ws *autov1alph
 	// Look again later: an agent that restarted lost its configuration and
 	// must be configured again.
 	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+}
+
+// recheck is st.RecheckAfter when the runtime gave one (at most def), else def.
+func recheck(st workspace.Status, def time.Duration) time.Duration {
+	if st.RecheckAfter > 0 && st.RecheckAfter < def {
+		return st.RecheckAfter
+	}
+	return def
+}
+
+// workspaceEvent is the event a change of the Workspace's conditions calls
+// for: a Warning when it starts failing, fails for another reason, or stalls;
+// a Normal one when it is running again after a failure. Nothing when the
+// reason and stalled-ness are unchanged, so a failure that persists through
+// many reconciles is reported once.
+func workspaceEvent(before, after []metav1.Condition) (typ, reason, msg string, ok bool) {
+	was, wasStalled, wasFailing := workspaceState(before)
+	now, stalled, failing := workspaceState(after)
+	switch {
+	case failing && (!wasFailing || now.Reason != was.Reason || stalled != wasStalled):
+		return corev1.EventTypeWarning, now.Reason, now.Message, true
+	case wasFailing && now != nil && now.Status == metav1.ConditionTrue:
+		return corev1.EventTypeNormal, now.Reason, now.Message, true
+	}
+	return "", "", "", false
+}
+
+// workspaceState is the Ready condition (nil when absent), whether the
+// Workspace is stalled, and whether Ready says it fails.
+func workspaceState(conds []metav1.Condition) (ready *metav1.Condition, stalled, failing bool) {
+	ready = apimeta.FindStatusCondition(conds, autov1alpha1.WorkspaceReady)
+	stalled = apimeta.IsStatusConditionTrue(conds, autov1alpha1.WorkspaceStalled)
+	if ready == nil || ready.Status == metav1.ConditionTrue {
+		return ready, stalled, false
+	}
+	switch ready.Reason {
+	case autov1alpha1.WorkspaceReasonInitializing, autov1alpha1.WorkspaceReasonDeleting:
+		return ready, stalled, false
+	}
+	return ready, stalled, true
 }
 
 func stacksHash(stacks []autov1alpha1.WorkspaceStack) string {

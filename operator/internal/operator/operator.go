@@ -20,11 +20,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
@@ -52,6 +54,12 @@ type Options struct {
 	Runtime string
 	// Pod configures the pod runtime.
 	Pod pod.Options
+	// PodHealth decides when a failing workspace pod stalls its Workspace
+	// (zero fields: pod.DefaultThresholds).
+	PodHealth pod.Thresholds
+	// PodClock is the clock of those thresholds (default time.Now; tests
+	// move it).
+	PodClock func() time.Time
 	// LocalRoot, AgentBinary, PulumiRoot and AgentEnv configure the local
 	// runtime.
 	LocalRoot   string
@@ -137,7 +145,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	var rt workspace.Runtime
 	switch opts.Runtime {
 	case RuntimePod, "":
-		rt = &workspace.PodRuntime{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Options: opts.Pod}
+		rt = &workspace.PodRuntime{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Options: opts.Pod, Health: opts.PodHealth, Now: opts.PodClock}
 	case RuntimeLocal:
 		if opts.AgentBinary == "" || opts.LocalRoot == "" {
 			return nil, fmt.Errorf("the local runtime needs an agent binary and a root directory")
@@ -150,7 +158,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	pool := agentclient.NewPool()
 	if err := (&controller.WorkspaceReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("workspace-controller"),
-		Runtime: rt, Agents: pool, Workers: opts.WorkspaceWorkers,
+		Runtime: rt, Agents: pool, Workers: opts.WorkspaceWorkers, WatchPods: opts.Runtime != RuntimeLocal,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workspace controller: %w", err)
 	}
@@ -334,14 +342,20 @@ func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
 func (everyReplica) NeedLeaderElection() bool          { return false }
 
 // CacheOptions limits the manager's caches (and so its watches, RBAC needs and
-// reconciles) to namespaces; none means cluster-wide.
+// reconciles) to namespaces; none means cluster-wide. Pods are cached only
+// when they are workspace pods (labelled as managed by Stackflow), so the
+// operator does not hold every pod of the cluster in memory.
 func CacheOptions(namespaces []string) cache.Options {
+	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelManagedBy: pod.LabelManagedByValue})},
+	}}
 	if len(namespaces) == 0 {
-		return cache.Options{}
+		return opts
 	}
 	m := map[string]cache.Config{}
 	for _, ns := range namespaces {
 		m[ns] = cache.Config{}
 	}
-	return cache.Options{DefaultNamespaces: m}
+	opts.DefaultNamespaces = m
+	return opts
 }

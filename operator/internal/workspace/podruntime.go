@@ -3,11 +3,13 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -21,6 +23,11 @@ type PodRuntime struct {
 	Client  client.Client
 	Scheme  *runtime.Scheme
 	Options pod.Options
+	// Health decides when a failing workspace pod is stalled; zero fields
+	// take pod.DefaultThresholds.
+	Health pod.Thresholds
+	// Now is the clock of the health thresholds; default time.Now.
+	Now func() time.Time
 }
 
 var _ Runtime = (*PodRuntime)(nil)
@@ -35,7 +42,7 @@ func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ s
 	opts.TokenSecretName = TokenSecretName(ws.Name)
 	sts, svc, err := pod.Build(ws, opts)
 	if err != nil {
-		return Status{Failed: true, Message: err.Error()}, nil
+		return Status{Failed: true, Reason: autov1alpha1.WorkspaceReasonSpecInvalid, Message: err.Error()}, nil
 	}
 	if err := controllerutil.SetControllerReference(ws, svc, r.Scheme); err != nil {
 		return Status{}, err
@@ -83,9 +90,67 @@ func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ s
 		cur.Status.ReadyReplicas == 1 && cur.Status.UpdatedReplicas == 1 &&
 		(cur.Status.UpdateRevision == "" || cur.Status.CurrentRevision == cur.Status.UpdateRevision)
 	if !ready {
-		return Status{Message: "waiting for the workspace pod to become ready"}, nil
+		return r.podHealth(ctx, ws, &cur.Spec.Template.Spec, want)
 	}
 	return Status{Ready: true, Address: pod.Address(ws, opts.Port), Message: "workspace pod ready"}, nil
+}
+
+// podHealth reports the state of a workspace whose StatefulSet is not ready
+// from its pod: a failure the kubelet reports (image pull, crash loop, the
+// agent's own account of a missing source…) becomes the Status's reason, with
+// the values of every Secret the pod reads masked.
+func (r *PodRuntime) podHealth(ctx context.Context, ws *autov1alpha1.Workspace, spec *corev1.PodSpec, wantHash string) (Status, error) {
+	var p corev1.Pod
+	var found *corev1.Pod
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: ws.Namespace, Name: pod.PodName(ws.Name)}, &p); {
+	case err == nil:
+		found = &p
+	case !apierrors.IsNotFound(err):
+		return Status{}, fmt.Errorf("get workspace pod: %w", err)
+	}
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	h := pod.Classify(found, wantHash, now(), r.Health)
+	switch h.State {
+	case pod.HealthReady:
+		return Status{Message: h.Message + "; waiting for its StatefulSet to report it"}, nil
+	case pod.HealthStarting:
+		return Status{Message: h.Message}, nil
+	}
+	secrets, err := r.secretValues(ctx, ws.Namespace, pod.SecretNames(spec))
+	if err != nil {
+		return Status{}, err
+	}
+	return Status{
+		Failed: h.State == pod.HealthFailed, Reason: h.Reason,
+		Message: Redact(h.Message, secrets), RecheckAfter: h.RecheckAfter,
+	}, nil
+}
+
+// secretValues are the values of the named Secrets; a missing Secret has
+// none (the pod cannot have read it).
+func (r *PodRuntime) secretValues(ctx context.Context, namespace string, names []string) ([]string, error) {
+	var values []string
+	for _, name := range names {
+		var s corev1.Secret
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			// Without the values the message cannot be shown safely.
+			return nil, fmt.Errorf("read secret %s to redact the workspace pod's message: %w", name, err)
+		}
+		for _, v := range s.Data {
+			values = append(values, string(v))
+		}
+		for _, v := range s.StringData {
+			values = append(values, v)
+		}
+	}
+	return values, nil
 }
 
 // Remove leaves deletion to the garbage collector: the StatefulSet and Service

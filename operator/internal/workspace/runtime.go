@@ -8,6 +8,7 @@ package workspace
 
 import (
 	"context"
+	"time"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 )
@@ -18,11 +19,21 @@ type Status struct {
 	Address string
 	// Ready: the agent has prepared the program and serves.
 	Ready bool
-	// Failed: the agent could not prepare the program (fetch or install
-	// failed); Message says why.
+	// Failed: the workspace cannot become ready until its spec, its source or
+	// an object it refers to changes (the Workspace is Stalled); Message says
+	// why. The runtime keeps retrying: a workspace that later becomes ready is
+	// no longer Failed.
 	Failed bool
-	// Message describes the state for the Workspace's conditions.
+	// Reason is a Workspace condition reason (autov1alpha1.WorkspaceReason*)
+	// for a workspace that is not ready: empty while it starts normally
+	// (Initializing), else why it fails — retrying while Failed is false.
+	Reason string
+	// Message describes the state for the Workspace's conditions. It never
+	// holds a secret value: runtimes redact what they quote from logs.
 	Message string
+	// RecheckAfter, when positive, is when the state may change with no event
+	// to signal it (a retrying failure reaching its threshold).
+	RecheckAfter time.Duration
 }
 
 // Runtime runs workspace agents.

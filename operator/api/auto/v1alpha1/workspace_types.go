@@ -32,6 +32,26 @@ const (
 	WorkspaceReasonSpecInvalid = "SpecInvalid"
 	// WorkspaceReasonDeleting: the workspace is being torn down.
 	WorkspaceReasonDeleting = "Deleting"
+	// WorkspaceReasonSourceUnavailable: the agent found the program source
+	// missing or refused (commit, branch or repository not found,
+	// authentication refused, artifact not found or not matching its digest).
+	WorkspaceReasonSourceUnavailable = "SourceUnavailable"
+	// WorkspaceReasonImagePullFailed: the kubelet cannot pull a workspace
+	// container's image (ErrImagePull, ImagePullBackOff, InvalidImageName…).
+	WorkspaceReasonImagePullFailed = "ImagePullFailed"
+	// WorkspaceReasonContainerConfigInvalid: the kubelet cannot create a
+	// workspace container from its configuration (CreateContainerConfigError,
+	// such as a missing Secret or ConfigMap key, or CreateContainerError).
+	WorkspaceReasonContainerConfigInvalid = "ContainerConfigInvalid"
+	// WorkspaceReasonCrashLooping: a workspace container keeps exiting (Error,
+	// OOMKilled…) and the kubelet restarts it (CrashLoopBackOff).
+	WorkspaceReasonCrashLooping = "CrashLooping"
+	// WorkspaceReasonUnschedulable: the scheduler finds no node for the
+	// workspace pod.
+	WorkspaceReasonUnschedulable = "Unschedulable"
+	// WorkspaceReasonPodFailed: the workspace pod failed as a whole (evicted,
+	// for instance); its StatefulSet replaces it.
+	WorkspaceReasonPodFailed = "PodFailed"
 )
 
 // SecurityProfile selects the Pod Security Standard the workspace pod is built to.

@@ -33,6 +33,7 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
 
 // Runtime runs agents as local processes.
@@ -75,7 +76,7 @@ func (r *Runtime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, token 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	dir := r.dir(ws)
-	own, args, err := r.command(ctx, ws, dir, token)
+	own, args, secrets, err := r.command(ctx, ws, dir, token)
 	if err != nil {
 		return workspace.Status{Failed: true, Message: err.Error()}, nil
 	}
@@ -85,6 +86,11 @@ func (r *Runtime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, token 
 		if agentAlive(st.PID) {
 			addr, err := os.ReadFile(filepath.Join(dir, "address"))
 			if err != nil {
+				if failed, ok := exitStatus(filepath.Join(dir, previousTerminationFile), "", secrets); ok {
+					// Restarted after a failure: still failed until it serves,
+					// so the Workspace does not flap at each restart.
+					return failed, nil
+				}
 				return workspace.Status{Message: "agent is fetching the program and installing its dependencies"}, nil
 			}
 			return workspace.Status{Ready: true, Address: string(addr), Message: "agent running (pid " + fmt.Sprint(st.PID) + ")"}, nil
@@ -94,7 +100,8 @@ func (r *Runtime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, token 
 			backoff = 30 * time.Second
 		}
 		if time.Since(st.Started) < backoff {
-			return workspace.Status{Failed: true, Message: "agent exited: " + lastError(filepath.Join(dir, "agent.log"))}, nil
+			failed, _ := exitStatus(filepath.Join(dir, terminationFile), filepath.Join(dir, "agent.log"), secrets)
+			return failed, nil
 		}
 	}
 	if st != nil {
@@ -117,10 +124,38 @@ func (r *Runtime) Remove(_ context.Context, ws *autov1alpha1.Workspace) error {
 	return os.RemoveAll(dir)
 }
 
+// Files in a workspace directory: the agent writes why it stopped to
+// terminationFile; a restart moves it to previousTerminationFile.
+const (
+	terminationFile         = "termination-log"
+	previousTerminationFile = "termination-log.previous"
+)
+
+// exitStatus is the Failed status of an agent that stopped, from what it left
+// in term (its classified last word), else the last error of its log (when
+// logPath is set). ok is false when neither says anything.
+func exitStatus(term, logPath string, secrets []string) (workspace.Status, bool) {
+	if b, err := os.ReadFile(term); err == nil {
+		if line := pod.LastLine(string(b)); line != "" {
+			reason, msg := pod.SplitAgentReason(line)
+			if reason == "" {
+				msg = "agent exited: " + msg
+			}
+			return workspace.Status{Failed: true, Reason: reason, Message: workspace.Redact(msg, secrets)}, true
+		}
+	}
+	if logPath == "" {
+		return workspace.Status{}, false
+	}
+	return workspace.Status{Failed: true, Message: workspace.Redact("agent exited: "+lastError(logPath), secrets)}, true
+}
+
 func (r *Runtime) start(dir string, env, args []string, hash string) error {
-	for _, sub := range []string{"address", "agent.json"} {
+	for _, sub := range []string{"address", "agent.json", previousTerminationFile} {
 		_ = os.Remove(filepath.Join(dir, sub))
 	}
+	// Keep the last failure (if the agent left one) for the restart's status.
+	_ = os.Rename(filepath.Join(dir, terminationFile), filepath.Join(dir, previousTerminationFile))
 	if err := os.RemoveAll(filepath.Join(dir, "work")); err != nil {
 		return fmt.Errorf("clear workspace directory: %w", err)
 	}
@@ -223,9 +258,13 @@ func specHash(args, env []string) string {
 // command builds the agent's arguments and environment from the spec. Only the
 // spec's source, env and log level matter: spec.stacks is applied through the
 // agent API and never restarts it.
-func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, token string) ([]string, []string, error) {
-	args := []string{"serve", "--workdir=" + filepath.Join(dir, "work"), "--listen=127.0.0.1:0",
-		"--address-file=" + filepath.Join(dir, "address"), "--auth=token"}
+// The secret values it returns (the token, credentials, values read from
+// Secrets) are masked in the statuses it reports.
+func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, token string) (own, args, secrets []string, err error) {
+	args = []string{"serve", "--workdir=" + filepath.Join(dir, "work"), "--listen=127.0.0.1:0",
+		"--address-file=" + filepath.Join(dir, "address"), "--auth=token",
+		"--termination-message-path=" + filepath.Join(dir, terminationFile)}
+	secrets = []string{token}
 	if r.PulumiRoot != "" {
 		args = append(args, "--pulumi-root="+r.PulumiRoot)
 	}
@@ -250,9 +289,10 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 				}
 				v, err := r.secretKey(ctx, ws.Namespace, sel)
 				if err != nil {
-					return nil, nil, fmt.Errorf("git credentials: %w", err)
+					return nil, nil, nil, fmt.Errorf("git credentials: %w", err)
 				}
 				extra[name] = v
+				secrets = append(secrets, v)
 			}
 		}
 	case spec.Flux != nil:
@@ -263,7 +303,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	case spec.Local != nil:
 		args = append(args, "--local-dir="+spec.Local.Dir)
 	default:
-		return nil, nil, errors.New("no program source: set spec.git, spec.flux or spec.local")
+		return nil, nil, nil, errors.New("no program source: set spec.git, spec.flux or spec.local")
 	}
 	if spec.PulumiLogVerbosity > 0 {
 		args = append(args, fmt.Sprintf("--pulumi-log-level=%d", spec.PulumiLogVerbosity))
@@ -271,22 +311,27 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	for _, from := range spec.EnvFrom {
 		data, err := r.envFrom(ctx, ws.Namespace, from)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		for k, v := range data {
 			extra[from.Prefix+k] = v
+			if from.SecretRef != nil {
+				secrets = append(secrets, v)
+			}
 		}
 	}
 	for _, e := range spec.Env {
 		v, err := r.envValue(ctx, ws.Namespace, e)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		extra[e.Name] = v
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			secrets = append(secrets, v)
+		}
 	}
 	// own holds the variables this runtime sets, sorted: they (not the
 	// operator's own environment) decide whether a running agent is current.
-	var own []string
 	for k, v := range r.Env {
 		if _, set := extra[k]; !set {
 			own = append(own, k+"="+v)
@@ -296,7 +341,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 		own = append(own, k+"="+v)
 	}
 	sort.Strings(own)
-	return own, args, nil
+	return own, args, secrets, nil
 }
 
 func (r *Runtime) secretKey(ctx context.Context, ns string, sel *corev1.SecretKeySelector) (string, error) {

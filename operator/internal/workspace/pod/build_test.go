@@ -168,6 +168,8 @@ func TestBuildCommon(t *testing.T) {
 		Resources:       corev1.ResourceRequirements{Requests: requests("cpu", "100m", "memory", "64Mi")},
 		VolumeMounts:    []corev1.VolumeMount{{Name: "share", MountPath: "/share"}},
 		SecurityContext: restrictedContainer,
+		// The tail of the log reaches the Workspace when it fails.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}})
 	if len(spec.Containers) != 1 {
 		t.Fatalf("containers: got %d, want 1", len(spec.Containers))
@@ -184,6 +186,7 @@ func TestBuildCommon(t *testing.T) {
 	})
 	equal(t, "resources", c.Resources, defaultResources)
 	equal(t, "container securityContext", c.SecurityContext, restrictedContainer)
+	equal(t, "terminationMessagePolicy", c.TerminationMessagePolicy, corev1.TerminationMessageFallbackToLogsOnError)
 	grpc := corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 50051}}
 	equal(t, "readinessProbe", c.ReadinessProbe, &corev1.Probe{ProbeHandler: grpc, PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 3})
 	equal(t, "startupProbe", c.StartupProbe, &corev1.Probe{ProbeHandler: grpc, PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 120})

@@ -50,6 +50,9 @@ func bootstrapContainer(opts Options, sc *corev1.SecurityContext) corev1.Contain
 		Resources:       corev1.ResourceRequirements{Requests: bootstrapRequests.DeepCopy()},
 		VolumeMounts:    []corev1.VolumeMount{{Name: shareVolume, MountPath: ShareDir}},
 		SecurityContext: sc,
+		// Its last log lines become the termination message when it fails, so
+		// the Workspace can say why.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 }
 
@@ -104,6 +107,10 @@ func workspaceContainer(ws *autov1alpha1.Workspace, opts Options, sc *corev1.Sec
 			FailureThreshold: 3,
 		},
 		SecurityContext: sc,
+		// The agent writes one classified line (SourceUnavailable: …,
+		// InstallationFailed: …) to /dev/termination-log when it cannot prepare
+		// the program; any other failure leaves the tail of its log there.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}, nil
 }
 

@@ -8,6 +8,11 @@
 // what Build returns with the hash annotation on what is in the cluster (never
 // with the live pod template, which the API server defaults).
 //
+// Classify (health.go) reads a workspace pod's status the same way — a pure
+// function of the pod, the wanted spec hash and a clock given by the caller —
+// to say whether the workspace is starting, ready, failing while Kubernetes
+// retries, or failed.
+//
 // The agent binary is copied out of the operator image by an init container
 // into an emptyDir shared with the Pulumi container, so any Pulumi image can be
 // used as is. spec.stacks is not part of the pod: stack configuration reaches

@@ -122,6 +122,10 @@ func (o Options) validate() error {
 // workspaceName: "<workspaceName>-workspace".
 func Name(workspaceName string) string { return workspaceName + "-workspace" }
 
+// PodName is the name of the Workspace's pod, the StatefulSet's only one:
+// "<workspaceName>-workspace-0".
+func PodName(workspaceName string) string { return Name(workspaceName) + "-0" }
+
 // Address is where the Workspace's agent answers: the DNS name of the
 // StatefulSet's only pod behind the headless Service,
 // "<name>-workspace-0.<name>-workspace.<namespace>:<port>". Port 0 means
