@@ -156,7 +156,7 @@ func TestCaptureHealthFixtures(t *testing.T) {
 			return ws != nil && fixtureConditionStatus(ws, "Ready") == metav1.ConditionTrue
 		}, do: func(u *unstructured.Unstructured, s *pulumiv1.Stack) {
 			rec.capture("stack-succeeded", u)
-			rec.capture("update-succeeded", fixtureGet(t, updateGVK, e.ns, s.Status.LastUpdate.Name))
+			rec.capture("update-succeeded", fixtureRecordedUpdate(t, e.ns, s.Status.LastUpdate.Name))
 			rec.capture("workspace-ready", fixtureGet(t, workspaceGVK, e.ns, "deployed"))
 		}},
 		{name: "stack-preview-succeeded", stack: "previewed", when: ready, do: rec.captureAs("stack-preview-succeeded")},
@@ -164,7 +164,7 @@ func TestCaptureHealthFixtures(t *testing.T) {
 			return reconciling(s, pulumiv1.ReconcilingRetryReason) && s.Status.LastUpdate != nil && s.Status.LastUpdate.Failures == 1
 		}, do: func(u *unstructured.Unstructured, s *pulumiv1.Stack) {
 			rec.capture("stack-retrying", u)
-			rec.capture("update-failed", fixtureGet(t, updateGVK, e.ns, s.Status.LastUpdate.Name))
+			rec.capture("update-failed", fixtureRecordedUpdate(t, e.ns, s.Status.LastUpdate.Name))
 		}},
 		{name: "stack-retry-running", stack: "retrying", after: "stack-retrying", when: func(s *pulumiv1.Stack) bool {
 			return runningMsg(s, "up") && s.Status.LastUpdate.Failures == 1
@@ -251,11 +251,13 @@ func TestCaptureHealthFixtures(t *testing.T) {
 
 	// With the operator stopped, what Argo CD sees right after it applied a
 	// change: a new generation (of a stalled Stack) and a new reconciliation
-	// request, not yet acted on.
+	// request, not yet acted on. The Stack stalled on its missing branch is
+	// in the same state whenever the operator stops (the one stalled on
+	// failures is retried at its backoff cap every second).
 	stopOperator()
-	stalled := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "stalled"}}
-	mutateStack(t, stalled, func(s *pulumiv1.Stack) { s.Spec.Config = cfg("recordName", "fx-stalled", "content", "fixed") })
-	rec.capture("stack-new-generation", fixtureGet(t, fixtureStackGVK, e.ns, "stalled"))
+	stalled := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "no-branch"}}
+	mutateStack(t, stalled, func(s *pulumiv1.Stack) { s.Spec.Config = cfg("recordName", "fx-no-branch", "content", "fixed") })
+	rec.capture("stack-new-generation", fixtureGet(t, fixtureStackGVK, e.ns, "no-branch"))
 	// A merge patch, as kubectl or Argo CD would send: a typed update would
 	// also drop spec.preview: false and bump the generation.
 	deployed := fixtureGet(t, fixtureStackGVK, e.ns, "deployed")
@@ -425,6 +427,20 @@ func fixtureGet(t *testing.T, gvk schema.GroupVersionKind, ns, name string) *uns
 	return u
 }
 
+// fixtureRecordedUpdate returns an Update its Stack has recorded, once the
+// Stack released it (removed the result finalizer right after writing the
+// status that records it).
+func fixtureRecordedUpdate(t *testing.T, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	gvk := schema.GroupVersionKind{Group: "auto.pulumi.com", Version: "v1alpha1", Kind: "Update"}
+	var u *unstructured.Unstructured
+	eventually(t, time.Minute, "update "+name+" released by its Stack", func() (bool, error) {
+		u = fixtureGet(t, gvk, ns, name)
+		return u != nil && len(u.GetFinalizers()) == 0, nil
+	})
+	return u
+}
+
 func fixtureDelete(t *testing.T, s *pulumiv1.Stack) {
 	t.Helper()
 	if err := cp.Client.Delete(context.Background(), s); err != nil {
@@ -479,9 +495,10 @@ func newFixtureRecorder(t *testing.T, ns string, repo *gitrepo.Repo, shas ...str
 }
 
 var (
-	fixtureTimeRE    = regexp.MustCompile(`\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})`)
-	fixtureAddressRE = regexp.MustCompile(`127\.0\.0\.1:\d+`)
-	fixtureUUIDRE    = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	fixtureTimeRE     = regexp.MustCompile(`\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})`)
+	fixtureAddressRE  = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	fixtureFailuresRE = regexp.MustCompile(`failed \d+ times in a row`)
+	fixtureUUIDRE     = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	// Masked before comparing: abbreviated or full hashes, and durations.
 	fixtureHexRE      = regexp.MustCompile(`\b[0-9a-f]{7,}\b`)
 	fixtureDurationRE = regexp.MustCompile(`\b(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+\b`)
@@ -516,7 +533,15 @@ func (r *fixtureRecorder) capture(name string, u *unstructured.Unstructured) {
 	// (drift checks every second, retries at a 1 s cap): sequence numbers
 	// are placeholders, and Update names are numbered in order of
 	// appearance.
+	// A Stalled Stack is retried at its 1 s backoff cap, so how many times it
+	// failed past the threshold depends on timing too.
+	manyFailures := false
 	if st, ok := obj["status"].(map[string]any); ok {
+		if lu, ok := st["lastUpdate"].(map[string]any); ok {
+			if n, ok := lu["failures"].(int64); ok && n > 5 {
+				lu["failures"], manyFailures = int64(5), true
+			}
+		}
 		if _, ok := st["updateSequence"]; ok {
 			st["updateSequence"] = int64(1)
 		}
@@ -556,6 +581,9 @@ func (r *fixtureRecorder) capture(name string, u *unstructured.Unstructured) {
 	}
 	updateNames := strings.NewReplacer(pairs...)
 	obj = fixtureWalk(obj, func(s string) string {
+		if manyFailures {
+			s = fixtureFailuresRE.ReplaceAllString(s, "failed 5 times in a row")
+		}
 		s = r.replacer.Replace(s)
 		s = strings.ReplaceAll(s, r.ns, fixtureNS)
 		s = updateNames.Replace(s)
