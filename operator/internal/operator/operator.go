@@ -8,6 +8,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -108,13 +109,17 @@ type Operator struct {
 	Git *gitresolve.Shared
 	// WebhookAddr is the push receiver's bound address, when it runs.
 	WebhookAddr string
+	// ArtifactAddr is the artifact server's bound address.
+	ArtifactAddr string
 }
 
 // Close releases the agent connections.
 func (o *Operator) Close() { o.Agents.Close() }
 
 // Setup registers the reconcilers (and the artifact and webhook servers) on
-// mgr. Close the result when the manager stops.
+// mgr, with readiness checks for what every replica serves. The reconcilers
+// run on the leader only; the artifact server on every replica. Close the
+// result when the manager stops.
 func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	var rt workspace.Runtime
 	switch opts.Runtime {
@@ -165,7 +170,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up update controller: %w", err)
 	}
-	if err := setupPrograms(mgr, opts); err != nil {
+	if err := setupPrograms(mgr, opts, op); err != nil {
 		return nil, err
 	}
 	return op, nil
@@ -216,9 +221,12 @@ func setupWebhook(mgr ctrl.Manager, opts Options, git *gitresolve.Shared, stacks
 
 // setupPrograms registers the Program controller and its artifact server. The
 // port is bound now (a busy address fails Setup, and ":0" gets its port before
-// the base URL is derived); the server runs with the manager, on the leader
-// only, since only the leader's directory holds the artifacts.
-func setupPrograms(mgr ctrl.Manager, opts Options) error {
+// the base URL is derived). The controller publishes on the leader only; the
+// server runs on every replica, so a Service in front of several replicas
+// always reaches one that answers: an artifact missing from this replica's
+// directory is rendered from the Program in the cache (tarballs are
+// deterministic) and served when its digest is the requested one.
+func setupPrograms(mgr ctrl.Manager, opts Options, op *Operator) error {
 	dir := opts.ArtifactDir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "stackflow-artifacts-")
@@ -226,6 +234,13 @@ func setupPrograms(mgr ctrl.Manager, opts Options) error {
 			return fmt.Errorf("artifact directory: %w", err)
 		}
 		dir = d
+	}
+	// Registered now so that it starts with the cache on every replica (the
+	// controller's watch, which would otherwise create it, runs on the leader
+	// only), and readiness can wait for it.
+	programs, err := mgr.GetCache().GetInformer(context.Background(), &pulumiv1.Program{})
+	if err != nil {
+		return fmt.Errorf("program informer: %w", err)
 	}
 	addr := opts.ArtifactAddr
 	if addr == "" {
@@ -240,10 +255,22 @@ func setupPrograms(mgr ctrl.Manager, opts Options) error {
 		_, port, _ := net.SplitHostPort(l.Addr().String())
 		base = "http://127.0.0.1:" + port
 	}
-	store := &artifact.Store{Dir: dir, BaseURL: base}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return store.Serve(ctx, l) })); err != nil {
+	store := &artifact.Store{Dir: dir, BaseURL: base, Render: controller.ProgramArtifactRenderer(mgr.GetClient())}
+	if err := mgr.Add(artifactServer{store: store, l: l}); err != nil {
 		l.Close()
 		return fmt.Errorf("add artifact server: %w", err)
+	}
+	op.ArtifactAddr = l.Addr().String()
+	if err := mgr.AddReadyzCheck("artifact-server", func(*http.Request) error { return store.Serving() }); err != nil {
+		return fmt.Errorf("add artifact server readiness check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("program-cache", func(*http.Request) error {
+		if !programs.HasSynced() {
+			return errors.New("the Program cache has not synced")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add program cache readiness check: %w", err)
 	}
 	if err := (&controller.ProgramReconciler{
 		Client: mgr.GetClient(), Store: store, Recorder: mgr.GetEventRecorderFor("program-controller"),
@@ -252,6 +279,17 @@ func setupPrograms(mgr ctrl.Manager, opts Options) error {
 	}
 	return nil
 }
+
+// artifactServer runs the artifact server on every replica, leader or not.
+type artifactServer struct {
+	store *artifact.Store
+	l     net.Listener
+}
+
+func (a artifactServer) Start(ctx context.Context) error { return a.store.Serve(ctx, a.l) }
+
+// NeedLeaderElection is false: followers answer artifact requests too.
+func (artifactServer) NeedLeaderElection() bool { return false }
 
 // CacheOptions limits the manager's caches (and so its watches, RBAC needs and
 // reconciles) to namespaces; none means cluster-wide.
