@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,6 +45,38 @@ type Source struct {
 
 // DefaultMaxArtifactBytes caps artifact downloads.
 const DefaultMaxArtifactBytes = 256 << 20
+
+// Artifact download timeouts: connecting, the TLS handshake and waiting for
+// the response headers are bounded separately, the whole download (the body
+// included) by ArtifactDownloadTimeout, so a stalled server fails the fetch
+// instead of hanging the workspace's preparation.
+const (
+	ArtifactDialTimeout     = 10 * time.Second
+	ArtifactTLSTimeout      = 10 * time.Second
+	ArtifactHeaderTimeout   = 30 * time.Second
+	ArtifactDownloadTimeout = 10 * time.Minute
+)
+
+// artifactClient downloads artifacts (a variable so that tests can shorten
+// its timeouts).
+var artifactClient = newArtifactClient(ArtifactDialTimeout, ArtifactTLSTimeout, ArtifactHeaderTimeout, ArtifactDownloadTimeout)
+
+// newArtifactClient is an HTTP client with the given timeouts, honouring the
+// proxy environment variables like http.DefaultTransport.
+func newArtifactClient(dial, tlsHandshake, header, total time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: total,
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   tlsHandshake,
+			ResponseHeaderTimeout: header,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConns:          4,
+			ForceAttemptHTTP2:     true,
+		},
+	}
+}
 
 // GitAuth holds git credentials (the same shape the operator resolves
 // branches with). Values are secrets: never logged.
@@ -216,7 +249,7 @@ func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error
 	if err != nil {
 		return Fetched{}, fmt.Errorf("artifact URL: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := artifactClient.Do(req)
 	if err != nil {
 		return Fetched{}, fmt.Errorf("download artifact %s: %w", redactURL(src.ArtifactURL), err)
 	}
