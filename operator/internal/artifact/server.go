@@ -140,10 +140,9 @@ const (
 	ShutdownTimeout = 10 * time.Second
 )
 
-// Serve serves Handler on l until ctx ends, then shuts down gracefully
-// (waiting up to ShutdownTimeout for downloads in flight). Serving reports
-// whether it is accepting connections meanwhile.
-func (s *Store) Serve(ctx context.Context, l net.Listener) error {
+// NewServer returns an HTTP server for Handler with the timeouts above. Serve
+// it on Listener(l) for Serving to report its state.
+func (s *Store) NewServer() *http.Server {
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: ReadHeaderTimeout,
@@ -152,15 +151,28 @@ func (s *Store) Serve(ctx context.Context, l net.Listener) error {
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 	}
+	srv.RegisterOnShutdown(func() { s.serving.Store(false) }) // not ready while draining
+	return srv
+}
+
+// Listener wraps l so that Serving reports true once a server accepts
+// connections from it.
+func (s *Store) Listener(l net.Listener) net.Listener {
+	return &acceptingListener{Listener: l, accepting: &s.serving}
+}
+
+// Serve serves Handler on l until ctx ends, then shuts down gracefully
+// (waiting up to ShutdownTimeout for downloads in flight).
+func (s *Store) Serve(ctx context.Context, l net.Listener) error {
+	srv := s.NewServer()
 	defer s.serving.Store(false)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(&acceptingListener{Listener: l, accepting: &s.serving}) }()
+	go func() { errc <- srv.Serve(s.Listener(l)) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
-	s.serving.Store(false) // not ready while draining
 	shutCtx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(shutCtx)
@@ -170,8 +182,9 @@ func (s *Store) Serve(ctx context.Context, l net.Listener) error {
 	return err
 }
 
-// Serving returns nil while Serve is accepting connections, and an error
-// before it started and once it stopped (a readiness check).
+// Serving returns nil while a server (Serve, or NewServer on Listener) is
+// accepting connections, and an error before it started and once it began
+// shutting down (a readiness check).
 func (s *Store) Serving() error {
 	if !s.serving.Load() {
 		return errors.New("the artifact server is not accepting connections")

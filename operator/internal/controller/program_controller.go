@@ -188,6 +188,9 @@ func ProgramTarball(p *pulumiv1.Program) ([]byte, error) {
 	return tarball, nil
 }
 
+// programReadTimeout bounds the renderer's read of a Program.
+const programReadTimeout = 5 * time.Second
+
 // ProgramArtifactRenderer rebuilds Programs' artifacts from c (the manager's
 // cache) for the artifact server, so that a replica that did not publish an
 // artifact serves it all the same. A missing or deleting Program, or another
@@ -197,6 +200,10 @@ func ProgramArtifactRenderer(c client.Reader) artifact.RenderFunc {
 		if kind != ProgramArtifactKind {
 			return nil, fmt.Errorf("artifact kind %q: %w", kind, fs.ErrNotExist)
 		}
+		// A cache that has not synced yet blocks reads until it has: the
+		// request gets a 503 after a while instead of hanging.
+		ctx, cancel := context.WithTimeout(ctx, programReadTimeout)
+		defer cancel()
 		p := &pulumiv1.Program{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, p); err != nil {
 			if apierrors.IsNotFound(err) {

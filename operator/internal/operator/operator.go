@@ -256,7 +256,12 @@ func setupPrograms(mgr ctrl.Manager, opts Options, op *Operator) error {
 		base = "http://127.0.0.1:" + port
 	}
 	store := &artifact.Store{Dir: dir, BaseURL: base, Render: controller.ProgramArtifactRenderer(mgr.GetClient())}
-	if err := mgr.Add(artifactServer{store: store, l: l}); err != nil {
+	// A manager.Server runs with the probe and metrics servers: on every
+	// replica (not only the leader), and before the caches have synced, so
+	// that a request it cannot answer yet gets a 503 rather than no answer.
+	shutdown := artifact.ShutdownTimeout
+	if err := mgr.Add(&manager.Server{Name: "artifacts", Server: store.NewServer(), Listener: store.Listener(l),
+		ShutdownTimeout: &shutdown}); err != nil {
 		l.Close()
 		return fmt.Errorf("add artifact server: %w", err)
 	}
@@ -279,17 +284,6 @@ func setupPrograms(mgr ctrl.Manager, opts Options, op *Operator) error {
 	}
 	return nil
 }
-
-// artifactServer runs the artifact server on every replica, leader or not.
-type artifactServer struct {
-	store *artifact.Store
-	l     net.Listener
-}
-
-func (a artifactServer) Start(ctx context.Context) error { return a.store.Serve(ctx, a.l) }
-
-// NeedLeaderElection is false: followers answer artifact requests too.
-func (artifactServer) NeedLeaderElection() bool { return false }
 
 // CacheOptions limits the manager's caches (and so its watches, RBAC needs and
 // reconciles) to namespaces; none means cluster-wide.
