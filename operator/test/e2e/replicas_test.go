@@ -213,6 +213,16 @@ func TestReplicasTakeOver(t *testing.T) {
 		t.Fatalf("takeover took %s, want within the lease duration plus a few retry periods", takeover)
 	}
 	waitStack(t, s, 3*time.Minute, "ready at the first commit under the new leader", readyAt(sha1))
+	// The run in flight at the kill is the one that applied the commit: the
+	// new leader re-attached to it instead of starting another.
+	u := &autov1alpha1.Update{}
+	u.Namespace, u.Name = e.ns, running
+	if err := get(t, u); err != nil {
+		t.Fatal(err)
+	}
+	if !succeeded(u) || !u.Status.EndTime.After(killed) {
+		t.Fatalf("update %s in flight at the kill: %s %q, ended %s (killed at %s)", running, reason(u), u.Status.Message, u.Status.EndTime.Format(time.RFC3339Nano), killed.Format(time.RFC3339Nano))
+	}
 
 	program2 := strings.Replace(recordProgram, "content: ${content}", "content: pushed-${content}", 1)
 	sha2 := repo.Commit(t, "v2", map[string]string{"Pulumi.yaml": program2})
