@@ -9,7 +9,6 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -47,8 +46,8 @@ func main() {
 	flag.StringVar(&opts.WebhookAddr, "webhook-bind-address", "", "serve the GitHub push webhook at /webhooks/github on this address (empty: off)")
 	flag.StringVar(&webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (required with --webhook-bind-address)")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "metrics address (0 disables)")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics at /metrics, on every replica (0 disables)")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address: /healthz (the process answers) and /readyz (this replica, leader or not, serves artifacts: artifact server up, Program cache synced); 0 disables")
 	flag.BoolVar(&leaderElect.Enabled, "leader-elect", false, "elect a leader through the Lease "+operator.LeaderElectionID+", for more than one replica (only the leader reconciles; every replica serves artifacts and probes)")
 	flag.StringVar(&leaderElect.Namespace, "leader-elect-namespace", "", "namespace of the leader election Lease (default in a cluster: the pod's namespace; required outside one)")
 	flag.StringVar(&leaderElect.Identity, "leader-elect-identity", "", "this replica's name in the Lease's holderIdentity (default: <hostname>_<random UUID>; e.g. the pod name from the downward API)")
@@ -82,10 +81,12 @@ func main() {
 	}
 	cfg := ctrl.GetConfigOrDie()
 	mgrOpts := ctrl.Options{
-		Scheme:                 operator.Scheme(),
-		Cache:                  operator.CacheOptions(namespaces),
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
+		Scheme: operator.Scheme(),
+		Cache:  operator.CacheOptions(namespaces),
+		// Served by operator.AddMetricsServer and AddProbeServer instead,
+		// with read and write timeouts.
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "",
 	}
 	identity, err := leaderElect.Apply(cfg, &mgrOpts)
 	if err != nil {
@@ -104,9 +105,16 @@ func main() {
 	}
 	defer op.Close()
 	// Liveness: the process answers. Readiness (every replica, leader or
-	// not): the checks Setup added, the artifact server accepting and the
-	// Program cache synced.
-	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
+	// not): Setup's checks, the artifact server accepting and the Program
+	// cache synced.
+	if _, err := operator.AddProbeServer(mgr, probeAddr, op.ReadyChecks); err != nil {
+		log.Error(err, "Setting up the probe server failed")
+		os.Exit(1)
+	}
+	if _, err := operator.AddMetricsServer(mgr, metricsAddr); err != nil {
+		log.Error(err, "Setting up the metrics server failed")
+		os.Exit(1)
+	}
 	if leaderElect.Enabled {
 		go func() {
 			<-mgr.Elected()

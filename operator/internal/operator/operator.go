@@ -21,6 +21,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
@@ -111,13 +112,16 @@ type Operator struct {
 	WebhookAddr string
 	// ArtifactAddr is the artifact server's bound address.
 	ArtifactAddr string
+	// ReadyChecks tell whether this replica, leader or not, can answer what
+	// it serves (for AddProbeServer's /readyz).
+	ReadyChecks map[string]healthz.Checker
 }
 
 // Close releases the agent connections.
 func (o *Operator) Close() { o.Agents.Close() }
 
 // Setup registers the reconcilers (and the artifact and webhook servers) on
-// mgr, with readiness checks for what every replica serves. The reconcilers
+// mgr, and returns readiness checks for what every replica serves. The reconcilers
 // run on the leader only; the artifact server on every replica. Close the
 // result when the manager stops.
 func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
@@ -156,7 +160,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)
 	}
-	op := &Operator{Agents: pool, Git: git}
+	op := &Operator{Agents: pool, Git: git, ReadyChecks: map[string]healthz.Checker{}}
 	if opts.WebhookAddr != "" {
 		addr, err := setupWebhook(mgr, opts, git, stacks)
 		if err != nil {
@@ -266,16 +270,12 @@ func setupPrograms(mgr ctrl.Manager, opts Options, op *Operator) error {
 		return fmt.Errorf("add artifact server: %w", err)
 	}
 	op.ArtifactAddr = l.Addr().String()
-	if err := mgr.AddReadyzCheck("artifact-server", func(*http.Request) error { return store.Serving() }); err != nil {
-		return fmt.Errorf("add artifact server readiness check: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("program-cache", func(*http.Request) error {
+	op.ReadyChecks["artifact-server"] = func(*http.Request) error { return store.Serving() }
+	op.ReadyChecks["program-cache"] = func(*http.Request) error {
 		if !programs.HasSynced() {
 			return errors.New("the Program cache has not synced")
 		}
 		return nil
-	}); err != nil {
-		return fmt.Errorf("add program cache readiness check: %w", err)
 	}
 	if err := (&controller.ProgramReconciler{
 		Client: mgr.GetClient(), Store: store, Recorder: mgr.GetEventRecorderFor("program-controller"),

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -73,28 +72,21 @@ func (g *gate) config() *rest.Config { return &rest.Config{Host: g.srv.URL} }
 
 // replica is one operator (a manager with leader election) in this process.
 type replica struct {
-	mgr                  ctrl.Manager
-	op                   *operator.Operator
-	probeAddr, artifacts string
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	mgr                               ctrl.Manager
+	op                                *operator.Operator
+	probeAddr, metricsAddr, artifacts string
+	// stop stops the manager (cleanly: the Lease is released) and returns
+	// when it has.
+	stop func()
 }
 
 func startReplica(t *testing.T, cfg *rest.Config, ns, identity string) *replica {
 	t.Helper()
 	skip := true
-	r := &replica{probeAddr: freeAddr(t), artifacts: t.TempDir()}
+	r := &replica{artifacts: t.TempDir()}
 	opts := ctrl.Options{
 		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: r.probeAddr, Cache: operator.CacheOptions([]string{ns}),
+		Cache:      operator.CacheOptions([]string{ns}),
 		Controller: config.Controller{SkipNameValidation: &skip}, // two managers in one process
 	}
 	le := operator.LeaderElection{Enabled: true, Namespace: ns, Identity: identity,
@@ -110,17 +102,27 @@ func startReplica(t *testing.T, cfg *rest.Config, ns, identity string) *replica 
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r.probeAddr, err = operator.AddProbeServer(mgr, "127.0.0.1:0", op.ReadyChecks); err != nil {
+		t.Fatal(err)
+	}
+	if r.metricsAddr, err = operator.AddMetricsServer(mgr, "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
 	r.mgr, r.op = mgr, op
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: %v", identity, err)
-		}
-		op.Close()
-	})
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", identity, err)
+			}
+			op.Close()
+		})
+	}
+	t.Cleanup(r.stop)
 	return r
 }
 
@@ -218,4 +220,34 @@ func TestFollowerReadinessAndArtifacts(t *testing.T) {
 	if entries, _ := os.ReadDir(follower.artifacts); len(entries) != 0 {
 		t.Fatalf("the follower published artifacts itself: %v", entries)
 	}
+	// Every replica serves its metrics, leader election's included.
+	for name, r := range map[string]*replica{"leader": leader, "follower": follower} {
+		code, body := httpGet(t, "http://"+r.metricsAddr+"/metrics")
+		if code != http.StatusOK || !strings.Contains(string(body), `leader_election_master_status{name="`+operator.LeaderElectionID+`"}`) {
+			t.Fatalf("%s: /metrics: HTTP %d without the leader election metric:\n%s", name, code, tail(body, 2048))
+		}
+	}
+
+	// A clean shutdown releases the Lease at once: once the leader has
+	// stopped, the Lease is free (or already the follower's), not left to
+	// expire.
+	leader.stop()
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: operator.LeaderElectionID}, &lease); err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h == "leader" {
+		t.Fatalf("the stopped leader still holds the Lease (renewed %v): not released on shutdown", lease.Spec.RenewTime)
+	}
+	select {
+	case <-follower.mgr.Elected():
+	case <-time.After(time.Minute):
+		t.Fatal("the follower was not elected within a minute of the leader's shutdown")
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }

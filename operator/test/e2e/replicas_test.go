@@ -29,7 +29,7 @@ import (
 // replica is one operator process of a replicated deployment.
 type replica struct {
 	*operatorProcess
-	identity, artifactAddr, probeAddr string
+	identity, artifactAddr, probeAddr, metricsAddr string
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
@@ -48,7 +48,7 @@ func freeAddr(t testing.TB) string {
 // other replicas so that a new leader adopts the running agents.
 func startReplica(t testing.TB, e *env, kubeconfig, identity string) *replica {
 	t.Helper()
-	r := &replica{identity: identity, artifactAddr: freeAddr(t), probeAddr: freeAddr(t)}
+	r := &replica{identity: identity, artifactAddr: freeAddr(t), probeAddr: freeAddr(t), metricsAddr: freeAddr(t)}
 	var agentEnv []string
 	for k, v := range e.opts.AgentEnv {
 		agentEnv = append(agentEnv, k+"="+v)
@@ -58,7 +58,7 @@ func startReplica(t testing.TB, e *env, kubeconfig, identity string) *replica {
 		"--agent-binary="+e.opts.AgentBinary, "--pulumi-root="+e.opts.PulumiRoot,
 		"--agent-env="+strings.Join(agentEnv, ","), "--local-restart-backoff=1s",
 		"--watch-namespaces="+e.ns, "--stack-resync-override=2s",
-		"--metrics-bind-address=0", "--health-probe-bind-address="+r.probeAddr,
+		"--metrics-bind-address="+r.metricsAddr, "--health-probe-bind-address="+r.probeAddr,
 		"--artifact-addr="+r.artifactAddr, "--artifact-dir="+t.TempDir(),
 		"--leader-elect", "--leader-elect-namespace="+e.ns, "--leader-elect-identity="+identity,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s")
@@ -154,6 +154,14 @@ func TestReplicasTakeOver(t *testing.T) {
 	}
 	if h, err := leaseHolder(t, e.ns); err != nil || h != leader.identity {
 		t.Fatalf("lease holder = %q (%v), want %s while checking readiness", h, err, leader.identity)
+	}
+	// Each process's metrics say whether it leads.
+	for r, want := range map[*replica]string{leader: "1", follower: "0"} {
+		eventually(t, 30*time.Second, r.identity+" leader metric "+want, func() (bool, error) {
+			code, body, err := httpGet("http://" + r.metricsAddr + "/metrics")
+			line := `leader_election_master_status{name="` + operator.LeaderElectionID + `"} ` + want
+			return code == http.StatusOK && strings.Contains(string(body), line+"\n"), fmt.Errorf("HTTP %d (%v), no %q", code, err, line)
+		})
 	}
 
 	// A Program's artifact, published by the leader, is served by both.
