@@ -121,9 +121,9 @@ type Operator struct {
 func (o *Operator) Close() { o.Agents.Close() }
 
 // Setup registers the reconcilers (and the artifact and webhook servers) on
-// mgr, and returns readiness checks for what every replica serves. The reconcilers
-// run on the leader only; the artifact server on every replica. Close the
-// result when the manager stops.
+// mgr, and returns readiness checks for what every replica serves. The
+// reconcilers run on the leader only, the artifact server on every replica.
+// Close the result when the manager stops.
 func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	var rt workspace.Runtime
 	switch opts.Runtime {
