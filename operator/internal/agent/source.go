@@ -236,6 +236,42 @@ func redactURL(u string) string {
 	return u
 }
 
+// artifactRetryDelays are the waits between download attempts (a variable so
+// that tests can shorten them).
+var artifactRetryDelays = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
+
+// getArtifact GETs an artifact, retrying (after each of artifactRetryDelays)
+// what may pass: a failed connection or timeout, 404 (with several operator
+// replicas, one whose cache has not seen the Program's new generation yet),
+// 429 and 5xx (503: its cache is not readable yet). The response is 200.
+func getArtifact(ctx context.Context, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("artifact URL: %w", err)
+	}
+	for attempt := 0; ; attempt++ {
+		resp, err := artifactClient.Do(req)
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return resp, nil
+		}
+		retry := true
+		if err == nil {
+			resp.Body.Close()
+			code := resp.StatusCode
+			retry = code == http.StatusNotFound || code == http.StatusTooManyRequests || code >= 500
+			err = fmt.Errorf("HTTP %s", resp.Status)
+		}
+		if !retry || attempt == len(artifactRetryDelays) || ctx.Err() != nil {
+			return nil, fmt.Errorf("download artifact %s (%d attempts): %w", redactURL(url), attempt+1, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("download artifact %s: %w", redactURL(url), ctx.Err())
+		case <-time.After(artifactRetryDelays[attempt]):
+		}
+	}
+}
+
 func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error) {
 	algo, want, ok := strings.Cut(src.ArtifactDigest, ":")
 	if !ok || algo != "sha256" || len(want) != 64 {
@@ -245,18 +281,11 @@ func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error
 	if limit <= 0 {
 		limit = DefaultMaxArtifactBytes
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src.ArtifactURL, nil)
+	resp, err := getArtifact(ctx, src.ArtifactURL)
 	if err != nil {
-		return Fetched{}, fmt.Errorf("artifact URL: %w", err)
-	}
-	resp, err := artifactClient.Do(req)
-	if err != nil {
-		return Fetched{}, fmt.Errorf("download artifact %s: %w", redactURL(src.ArtifactURL), err)
+		return Fetched{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Fetched{}, fmt.Errorf("download artifact %s: HTTP %s", redactURL(src.ArtifactURL), resp.Status)
-	}
 	tmp, err := os.CreateTemp("", "artifact-*.tar.gz")
 	if err != nil {
 		return Fetched{}, err
