@@ -59,6 +59,12 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
+	if leaderElect.Enabled {
+		if err := leaderElect.Validate(); err != nil { // before looking for a cluster
+			log.Error(err, "Invalid leader election flags")
+			os.Exit(1)
+		}
+	}
 	opts.AgentEnv = map[string]string{}
 	for _, kv := range strings.Split(agentEnv, ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
