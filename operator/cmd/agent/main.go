@@ -112,6 +112,9 @@ func authenticator(kind, tokenEnv, audience, workspace string) (agent.Authentica
 		if err != nil {
 			return nil, fmt.Errorf("--auth=kube: %w", err)
 		}
+		// Only TokenReviews and SubjectAccessReviews go through it: short
+		// requests, each bounded so that a stalled API server fails the call.
+		cfg.Timeout = agent.KubeRequestTimeout
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return nil, err

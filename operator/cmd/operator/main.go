@@ -9,7 +9,6 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -21,7 +20,7 @@ func main() {
 		opts        operator.Options
 		metricsAddr string
 		probeAddr   string
-		leaderElect bool
+		leaderElect operator.LeaderElection
 		agentEnv    string
 		zapOpts     = zap.Options{Development: false}
 
@@ -48,14 +47,25 @@ func main() {
 	flag.StringVar(&webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (required with --webhook-bind-address)")
 	flag.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "metrics address (0 disables)")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader through a Lease, for more than one replica")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics at /metrics, on every replica (0 disables)")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "health probe address: /healthz (the process answers) and /readyz (this replica, leader or not, serves artifacts: artifact server up, Program cache synced); 0 disables")
+	flag.BoolVar(&leaderElect.Enabled, "leader-elect", false, "elect a leader through the Lease "+operator.LeaderElectionID+", for more than one replica (only the leader reconciles; every replica serves artifacts and probes)")
+	flag.StringVar(&leaderElect.Namespace, "leader-elect-namespace", "", "namespace of the leader election Lease (default in a cluster: the pod's namespace; required outside one)")
+	flag.StringVar(&leaderElect.Identity, "leader-elect-identity", "", "this replica's name in the Lease's holderIdentity (default: <hostname>_<random UUID>; e.g. the pod name from the downward API)")
+	flag.DurationVar(&leaderElect.LeaseDuration, "leader-elect-lease-duration", operator.DefaultLeaseDuration, "how long followers wait after the leader's last renewal before taking over (a crashed leader; a clean shutdown hands over at once)")
+	flag.DurationVar(&leaderElect.RenewDeadline, "leader-elect-renew-deadline", operator.DefaultRenewDeadline, "how long the leader retries renewing the Lease before it stops leading and exits (less than the lease duration)")
+	flag.DurationVar(&leaderElect.RetryPeriod, "leader-elect-retry-period", operator.DefaultRetryPeriod, "interval between attempts to acquire or renew the Lease")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
+	if leaderElect.Enabled {
+		if err := leaderElect.Validate(); err != nil { // before looking for a cluster
+			log.Error(err, "Invalid leader election flags")
+			os.Exit(1)
+		}
+	}
 	opts.AgentEnv = map[string]string{}
 	for _, kv := range strings.Split(agentEnv, ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -76,14 +86,21 @@ func main() {
 			namespaces = append(namespaces, ns)
 		}
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 operator.Scheme(),
-		Cache:                  operator.CacheOptions(namespaces),
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         leaderElect,
-		LeaderElectionID:       "stackflow-operator.pulumi.com",
-	})
+	cfg := ctrl.GetConfigOrDie()
+	mgrOpts := ctrl.Options{
+		Scheme: operator.Scheme(),
+		Cache:  operator.CacheOptions(namespaces),
+		// Served by operator.AddMetricsServer and AddProbeServer instead,
+		// with read and write timeouts.
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "",
+	}
+	identity, err := leaderElect.Apply(cfg, &mgrOpts)
+	if err != nil {
+		log.Error(err, "Configuring leader election failed")
+		os.Exit(1)
+	}
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		log.Error(err, "Creating the manager failed")
 		os.Exit(1)
@@ -94,9 +111,24 @@ func main() {
 		os.Exit(1)
 	}
 	defer op.Close()
-	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
-	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
-	log.Info("Starting the operator", "runtime", opts.Runtime)
+	// Liveness: the process answers. Readiness (every replica, leader or
+	// not): Setup's checks, the artifact server accepting and the Program
+	// cache synced.
+	if _, err := operator.AddProbeServer(mgr, probeAddr, op.ReadyChecks); err != nil {
+		log.Error(err, "Setting up the probe server failed")
+		os.Exit(1)
+	}
+	if _, err := operator.AddMetricsServer(mgr, metricsAddr); err != nil {
+		log.Error(err, "Setting up the metrics server failed")
+		os.Exit(1)
+	}
+	if leaderElect.Enabled {
+		go func() {
+			<-mgr.Elected()
+			log.Info("Leading", "lease", mgrOpts.LeaderElectionNamespace+"/"+operator.LeaderElectionID, "identity", identity)
+		}()
+	}
+	log.Info("Starting the operator", "runtime", opts.Runtime, "leaderElection", leaderElect.Enabled, "identity", identity, "artifactAddr", op.ArtifactAddr)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "The operator stopped")
 		os.Exit(1)

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,6 +33,10 @@ func (a TokenAuthenticator) Authenticate(_ context.Context, token string) error 
 	}
 	return nil
 }
+
+// KubeRequestTimeout bounds each TokenReview and SubjectAccessReview request
+// of the agent's API server client.
+const KubeRequestTimeout = 15 * time.Second
 
 // KubeAuthenticator accepts Kubernetes ServiceAccount tokens issued for Audience,
 // verified with a TokenReview, whose subject may use the workspace: a

@@ -7,14 +7,23 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
+
+// KeepaliveMinTime is the shortest interval between a client's keepalive
+// pings the agent accepts (the operator pings every 30 s while a call is in
+// flight; gRPC's default of 5 minutes would make the agent drop such a
+// connection). The agent pings an idle connection after two minutes itself and
+// closes it when no answer comes within 20 s.
+const KeepaliveMinTime = 10 * time.Second
 
 // ServeOptions configure the listener.
 type ServeOptions struct {
@@ -37,7 +46,9 @@ func Serve(ctx context.Context, log logr.Logger, opts Options, so ServeOptions) 
 		return errors.New("no authenticator: refusing to serve an open agent")
 	}
 	hs := health.NewServer()
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(UnaryAuth(so.Auth)), grpc.ChainStreamInterceptor(StreamAuth(so.Auth)))
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(UnaryAuth(so.Auth)), grpc.ChainStreamInterceptor(StreamAuth(so.Auth)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}))
 	healthpb.RegisterHealthServer(gs, hs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 

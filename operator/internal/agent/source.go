@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,6 +45,38 @@ type Source struct {
 
 // DefaultMaxArtifactBytes caps artifact downloads.
 const DefaultMaxArtifactBytes = 256 << 20
+
+// Artifact download timeouts: connecting, the TLS handshake and waiting for
+// the response headers are bounded separately, the whole download (the body
+// included) by ArtifactDownloadTimeout, so a stalled server fails the fetch
+// instead of hanging the workspace's preparation.
+const (
+	ArtifactDialTimeout     = 10 * time.Second
+	ArtifactTLSTimeout      = 10 * time.Second
+	ArtifactHeaderTimeout   = 30 * time.Second
+	ArtifactDownloadTimeout = 10 * time.Minute
+)
+
+// artifactClient downloads artifacts (a variable so that tests can shorten
+// its timeouts).
+var artifactClient = newArtifactClient(ArtifactDialTimeout, ArtifactTLSTimeout, ArtifactHeaderTimeout, ArtifactDownloadTimeout)
+
+// newArtifactClient is an HTTP client with the given timeouts, honouring the
+// proxy environment variables like http.DefaultTransport.
+func newArtifactClient(dial, tlsHandshake, header, total time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: total,
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   tlsHandshake,
+			ResponseHeaderTimeout: header,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConns:          4,
+			ForceAttemptHTTP2:     true,
+		},
+	}
+}
 
 // GitAuth holds git credentials (the same shape the operator resolves
 // branches with). Values are secrets: never logged.
@@ -216,6 +249,51 @@ func redactURL(u string) string {
 	return u
 }
 
+// artifactRetryDelays are the waits between download attempts (a variable so
+// that tests can shorten them).
+var artifactRetryDelays = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
+
+// getArtifact GETs an artifact, retrying (after each of artifactRetryDelays)
+// what may pass: a failed connection or timeout, 404 (with several operator
+// replicas, one whose cache has not seen the Program's new generation yet),
+// 429 and 5xx (503: its cache is not readable yet). The response is 200.
+// artifactStatusError is an artifact server's answer other than 200.
+type artifactStatusError struct {
+	code int
+	err  error
+}
+
+func (e *artifactStatusError) Error() string { return e.err.Error() }
+func (e *artifactStatusError) Unwrap() error { return e.err }
+
+func getArtifact(ctx context.Context, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, &artifactStatusError{code: http.StatusNotFound, err: fmt.Errorf("artifact URL: %w", err)}
+	}
+	for attempt := 0; ; attempt++ {
+		resp, err := artifactClient.Do(req)
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return resp, nil
+		}
+		retry := true
+		if err == nil {
+			resp.Body.Close()
+			code := resp.StatusCode
+			retry = code == http.StatusNotFound || code == http.StatusTooManyRequests || code >= 500
+			err = &artifactStatusError{code: code, err: fmt.Errorf("HTTP %s", resp.Status)}
+		}
+		if !retry || attempt == len(artifactRetryDelays) || ctx.Err() != nil {
+			return nil, fmt.Errorf("download artifact %s (%d attempts): %w", redactURL(url), attempt+1, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("download artifact %s: %w", redactURL(url), ctx.Err())
+		case <-time.After(artifactRetryDelays[attempt]):
+		}
+	}
+}
+
 func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error) {
 	algo, want, ok := strings.Cut(src.ArtifactDigest, ":")
 	if !ok || algo != "sha256" || len(want) != 64 {
@@ -225,24 +303,20 @@ func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error
 	if limit <= 0 {
 		limit = DefaultMaxArtifactBytes
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src.ArtifactURL, nil)
+	resp, err := getArtifact(ctx, src.ArtifactURL)
 	if err != nil {
-		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact URL: %w", err))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Fetched{}, fmt.Errorf("download artifact %s: %w", redactURL(src.ArtifactURL), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("download artifact %s: HTTP %s", redactURL(src.ArtifactURL), resp.Status)
-		switch resp.StatusCode {
-		case http.StatusNotFound, http.StatusGone, http.StatusUnauthorized, http.StatusForbidden:
-			// Not there, or refused: a server error or throttling may pass.
-			return Fetched{}, sourceUnavailable(err)
+		var status *artifactStatusError
+		if errors.As(err, &status) {
+			switch status.code {
+			case http.StatusNotFound, http.StatusGone, http.StatusUnauthorized, http.StatusForbidden:
+				// Not there (after the retries a lagging replica gets), or
+				// refused: a server error or throttling may pass.
+				return Fetched{}, sourceUnavailable(err)
+			}
 		}
 		return Fetched{}, err
 	}
+	defer resp.Body.Close()
 	tmp, err := os.CreateTemp("", "artifact-*.tar.gz")
 	if err != nil {
 		return Fetched{}, err

@@ -11,9 +11,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
@@ -37,6 +40,28 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // network or loopback; the token authenticates the operator.
 func (bearer) RequireTransportSecurity() bool { return false }
 
+// Connection timeouts. Every unary call carries its caller's deadline; the
+// long-lived WatchOperation streams have none, so keepalive pings find a dead
+// agent (or a broken network path) within KeepaliveTime + KeepaliveTimeout.
+// Agents accept pings this often (agent.KeepaliveMinTime).
+const (
+	ConnectTimeout   = 10 * time.Second
+	KeepaliveTime    = 30 * time.Second
+	KeepaliveTimeout = 10 * time.Second
+)
+
+// dialOptions are the options of every agent connection.
+func dialOptions(token string) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer(token)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: ConnectTimeout}),
+		// Pings only while calls are in flight: an idle pooled connection
+		// costs the agent nothing.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
+	}
+}
+
 // Get returns a client for the agent at address, authenticating with token.
 func (p *Pool) Get(address, token string) (agentv1.AgentClient, error) {
 	sum := sha256.Sum256([]byte(token))
@@ -46,9 +71,7 @@ func (p *Pool) Get(address, token string) (agentv1.AgentClient, error) {
 	if cc, ok := p.conns[key]; ok {
 		return agentv1.NewAgentClient(cc), nil
 	}
-	cc, err := grpc.NewClient(address,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer(token)))
+	cc, err := grpc.NewClient(address, dialOptions(token)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to agent at %s: %w", address, err)
 	}

@@ -192,6 +192,9 @@ func TestServeStopsWithContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if ss.Serving() == nil {
+		t.Fatal("Serving reports ready before Serve started")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ss.Serve(ctx, l) }()
@@ -206,6 +209,9 @@ func TestServeStopsWithContext(t *testing.T) {
 			t.Fatalf("GET %s: HTTP %d %q", p, resp.StatusCode, body)
 		}
 	}
+	if err := ss.Serving(); err != nil {
+		t.Fatalf("Serving after answering requests: %v", err)
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -217,6 +223,9 @@ func TestServeStopsWithContext(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", l.Addr().String(), time.Second); err == nil {
 		t.Fatal("still listening after the context ended")
+	}
+	if ss.Serving() == nil {
+		t.Fatal("Serving reports ready after Serve returned")
 	}
 }
 

@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 )
 
 // Artifact is one tarball in a Store.
@@ -40,7 +42,21 @@ type Store struct {
 	// BaseURL is the address workspaces download artifacts from, such as
 	// "http://127.0.0.1:9090" or "http://stackflow-artifacts.stackflow-system.svc".
 	BaseURL string
+	// Render, when set, rebuilds an object's artifact that is not in Dir:
+	// a replica that did not publish it (a follower, or a new leader that has
+	// not republished yet) can still serve it, because artifacts are
+	// deterministic. The handler serves the result only when its digest is the
+	// one requested. Render returns an error wrapping fs.ErrNotExist when there
+	// is no such object (404); any other error is answered 503, so the
+	// client retries.
+	Render RenderFunc
+
+	// serving is true while Serve accepts connections.
+	serving atomic.Bool
 }
+
+// RenderFunc builds the current artifact of an object (kind, namespace, name).
+type RenderFunc func(ctx context.Context, kind, namespace, name string) ([]byte, error)
 
 const (
 	// DigestPrefix starts every digest the store returns.

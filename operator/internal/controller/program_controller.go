@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -139,13 +141,9 @@ func (r *ProgramReconciler) reconcileDelete(ctx context.Context, p *pulumiv1.Pro
 // and records it in the status. Publishing the same content again is a no-op
 // in the store; lastUpdateTime and the event only follow a change of digest.
 func (r *ProgramReconciler) reconcileArtifact(ctx context.Context, p *pulumiv1.Program) error {
-	project, err := renderProject(p)
+	tarball, err := ProgramTarball(p)
 	if err != nil {
 		return err
-	}
-	tarball, err := artifact.TarGz(map[string][]byte{projectFileName: project})
-	if err != nil {
-		return fmt.Errorf("build artifact: %w", err)
 	}
 	a, err := r.Store.Put(ProgramArtifactKind, p.Namespace, p.Name, tarball)
 	if err != nil {
@@ -173,6 +171,51 @@ func (r *ProgramReconciler) reconcileArtifact(ctx context.Context, p *pulumiv1.P
 			"Published revision %s at %s", p.Status.Artifact.Revision, a.URL)
 	}
 	return nil
+}
+
+// ProgramTarball is the Program's artifact: a deterministic tarball holding
+// its rendered Pulumi.yaml. Every replica renders the same bytes for the same
+// spec (built by the same Go release), hence the same digest.
+func ProgramTarball(p *pulumiv1.Program) ([]byte, error) {
+	project, err := renderProject(p)
+	if err != nil {
+		return nil, err
+	}
+	tarball, err := artifact.TarGz(map[string][]byte{projectFileName: project})
+	if err != nil {
+		return nil, fmt.Errorf("build artifact: %w", err)
+	}
+	return tarball, nil
+}
+
+// programReadTimeout bounds the renderer's read of a Program.
+const programReadTimeout = 5 * time.Second
+
+// ProgramArtifactRenderer rebuilds Programs' artifacts from c (the manager's
+// cache) for the artifact server, so that a replica that did not publish an
+// artifact serves it all the same. A missing or deleting Program, or another
+// kind, is fs.ErrNotExist.
+func ProgramArtifactRenderer(c client.Reader) artifact.RenderFunc {
+	return func(ctx context.Context, kind, namespace, name string) ([]byte, error) {
+		if kind != ProgramArtifactKind {
+			return nil, fmt.Errorf("artifact kind %q: %w", kind, fs.ErrNotExist)
+		}
+		// A cache that has not synced yet blocks reads until it has: the
+		// request gets a 503 after a while instead of hanging.
+		ctx, cancel := context.WithTimeout(ctx, programReadTimeout)
+		defer cancel()
+		p := &pulumiv1.Program{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, p); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("program %s/%s: %w", namespace, name, fs.ErrNotExist)
+			}
+			return nil, fmt.Errorf("read program %s/%s: %w", namespace, name, err)
+		}
+		if !p.DeletionTimestamp.IsZero() {
+			return nil, fmt.Errorf("program %s/%s is being deleted: %w", namespace, name, fs.ErrNotExist)
+		}
+		return ProgramTarball(p)
+	}
 }
 
 // projectHeader is what a Program's Pulumi.yaml says before the program.

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -364,5 +367,76 @@ func TestProgramReconcileMissing(t *testing.T) {
 	e := newProgramEnv(t, t.TempDir())
 	if err := e.reconcile(t, &pulumiv1.Program{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gone"}}); err != nil {
 		t.Fatalf("reconcile of a missing program: %v", err)
+	}
+}
+
+// TestFollowerServesPublishedPrograms: a replica that did not publish a
+// Program's artifact (an empty store, as a follower has) serves the same bytes
+// at the URL the publishing replica recorded, rendered from the Program it
+// reads; a changed, missing or deleting Program is 404 there.
+func TestFollowerServesPublishedPrograms(t *testing.T) {
+	p := &pulumiv1.Program{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Generation: 1}, Program: progRecordSpec("first")}
+	leaderDir := t.TempDir()
+	e := newProgramEnv(t, leaderDir, p)
+	if err := e.reconcile(t, p); err != nil {
+		t.Fatal(err)
+	}
+	published, err := os.ReadFile(filepath.Join(leaderDir, filepath.FromSlash(p.Status.Artifact.Path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := &artifact.Store{Dir: t.TempDir(), Render: ProgramArtifactRenderer(e.c)}
+	srv := httptest.NewServer(follower.Handler())
+	defer srv.Close()
+	fetch := func(path string) (int, []byte) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	first := p.Status.Artifact.Path
+	if code, b := fetch(first); code != http.StatusOK || !bytes.Equal(b, published) {
+		t.Fatalf("follower: GET %s: HTTP %d, %d bytes; want 200 and the %d published bytes", first, code, len(b), len(published))
+	}
+	// Another kind with the same namespace, name and digest is not a Program.
+	if code, _ := fetch(strings.Replace(first, "programs/", "other/", 1)); code != http.StatusNotFound {
+		t.Fatalf("follower: another kind: HTTP %d, want 404", code)
+	}
+
+	// The spec changed and the leader has not published yet: the old URL is
+	// the leader's alone, and the new content is served once published.
+	p.Program = progRecordSpec("second")
+	if err := e.c.Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if code, b := fetch(first); code != http.StatusNotFound {
+		t.Fatalf("follower: artifact of an older spec: HTTP %d %q, want 404", code, b)
+	}
+	if err := e.reconcile(t, p); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := fetch(p.Status.Artifact.Path); code != http.StatusOK {
+		t.Fatalf("follower: the new artifact: HTTP %d, want 200", code)
+	}
+
+	// Deleting (finalizer held) and then gone.
+	if err := e.c.Delete(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := fetch(p.Status.Artifact.Path); code != http.StatusNotFound {
+		t.Fatalf("follower: artifact of a deleting program: HTTP %d, want 404", code)
+	}
+	if err := e.reconcile(t, p); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := fetch(p.Status.Artifact.Path); code != http.StatusNotFound {
+		t.Fatalf("follower: artifact of a deleted program: HTTP %d, want 404", code)
 	}
 }

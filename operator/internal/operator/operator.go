@@ -9,6 +9,7 @@ package operator
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
@@ -134,13 +136,20 @@ type Operator struct {
 	Git *gitresolve.Shared
 	// WebhookAddr is the push receiver's bound address, when it runs.
 	WebhookAddr string
+	// ArtifactAddr is the artifact server's bound address.
+	ArtifactAddr string
+	// ReadyChecks tell whether this replica, leader or not, can answer what
+	// it serves (for AddProbeServer's /readyz).
+	ReadyChecks map[string]healthz.Checker
 }
 
 // Close releases the agent connections.
 func (o *Operator) Close() { o.Agents.Close() }
 
 // Setup registers the reconcilers (and the artifact and webhook servers) on
-// mgr. Close the result when the manager stops.
+// mgr, and returns readiness checks for what every replica serves. The
+// reconcilers run on the leader only, the artifact server on every replica.
+// Close the result when the manager stops.
 func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	var rt workspace.Runtime
 	switch opts.Runtime {
@@ -184,7 +193,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)
 	}
-	op := &Operator{Agents: pool, Git: git}
+	op := &Operator{Agents: pool, Git: git, ReadyChecks: map[string]healthz.Checker{}}
 	if opts.WebhookAddr != "" {
 		addr, err := setupWebhook(mgr, opts, stacks)
 		if err != nil {
@@ -198,7 +207,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up update controller: %w", err)
 	}
-	if err := setupPrograms(mgr, opts); err != nil {
+	if err := setupPrograms(mgr, opts, op); err != nil {
 		return nil, err
 	}
 	return op, nil
@@ -298,9 +307,12 @@ func setupWebhook(mgr ctrl.Manager, opts Options, stacks *controller.StackReconc
 
 // setupPrograms registers the Program controller and its artifact server. The
 // port is bound now (a busy address fails Setup, and ":0" gets its port before
-// the base URL is derived); the server runs with the manager, on the leader
-// only, since only the leader's directory holds the artifacts.
-func setupPrograms(mgr ctrl.Manager, opts Options) error {
+// the base URL is derived). The controller publishes on the leader only; the
+// server runs on every replica, so a Service in front of several replicas
+// always reaches one that answers: an artifact missing from this replica's
+// directory is rendered from the Program in the cache (tarballs are
+// deterministic) and served when its digest is the requested one.
+func setupPrograms(mgr ctrl.Manager, opts Options, op *Operator) error {
 	dir := opts.ArtifactDir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "stackflow-artifacts-")
@@ -308,6 +320,13 @@ func setupPrograms(mgr ctrl.Manager, opts Options) error {
 			return fmt.Errorf("artifact directory: %w", err)
 		}
 		dir = d
+	}
+	// Registered now so that it starts with the cache on every replica (the
+	// controller's watch, which would otherwise create it, runs on the leader
+	// only), and readiness can wait for it.
+	programs, err := mgr.GetCache().GetInformer(context.Background(), &pulumiv1.Program{})
+	if err != nil {
+		return fmt.Errorf("program informer: %w", err)
 	}
 	addr := opts.ArtifactAddr
 	if addr == "" {
@@ -322,10 +341,23 @@ func setupPrograms(mgr ctrl.Manager, opts Options) error {
 		_, port, _ := net.SplitHostPort(l.Addr().String())
 		base = "http://127.0.0.1:" + port
 	}
-	store := &artifact.Store{Dir: dir, BaseURL: base}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return store.Serve(ctx, l) })); err != nil {
+	store := &artifact.Store{Dir: dir, BaseURL: base, Render: controller.ProgramArtifactRenderer(mgr.GetClient())}
+	// A manager.Server runs with the probe and metrics servers: on every
+	// replica (not only the leader), and before the caches have synced, so
+	// that a request it cannot answer yet gets a 503 rather than no answer.
+	shutdown := artifact.ShutdownTimeout
+	if err := mgr.Add(&manager.Server{Name: "artifacts", Server: store.NewServer(), Listener: store.Listener(l),
+		ShutdownTimeout: &shutdown}); err != nil {
 		l.Close()
 		return fmt.Errorf("add artifact server: %w", err)
+	}
+	op.ArtifactAddr = l.Addr().String()
+	op.ReadyChecks["artifact-server"] = func(*http.Request) error { return store.Serving() }
+	op.ReadyChecks["program-cache"] = func(*http.Request) error {
+		if !programs.HasSynced() {
+			return errors.New("the Program cache has not synced")
+		}
+		return nil
 	}
 	if err := (&controller.ProgramReconciler{
 		Client: mgr.GetClient(), Store: store, Recorder: mgr.GetEventRecorderFor("program-controller"),
