@@ -104,7 +104,11 @@ func benchAgentMemory(b *testing.B, n, warmup int) {
 		}
 		collectOutputSecrets(b, e.ns)
 		if i%50 == 0 {
-			b.Logf("after %d updates: agent RSS %s, operator RSS %s", i, mib(rssKiB(b, agent)), mib(rssKiB(b, op.cmd.Process.Pid)))
+			// Also on stderr at once: a benchmark's log is printed only when
+			// it ends, and a long run cut short should still tell its trend.
+			line := fmt.Sprintf("after %d updates (%s): agent RSS %s, operator RSS %s", i, time.Since(start).Round(time.Second), mib(rssKiB(b, agent)), mib(rssKiB(b, op.cmd.Process.Pid)))
+			b.Log(line)
+			fmt.Fprintln(os.Stderr, "BenchmarkAgentMemory:", line)
 		}
 	}
 	b.StopTimer()
