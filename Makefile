@@ -60,5 +60,9 @@ test: substrate tools build ## Obtain the substrate, then run the whole test sui
 	eval "$$($(SUBSTRATE) env)" && go test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: run
-run: substrate ## Run Stackflow locally: control plane, operator (local runtime), file backend, a sample Stack
-	go run ./operator/cmd/stackflow-dev $(RUN_ARGS)
+# Built, then exec'd (not `go run`, which dies of SIGTERM without passing it on):
+# make passes SIGTERM to the recipe's process, which then is stackflow-dev
+# itself, and Ctrl-C or SIGTERM stops the control plane and agents it started.
+run: substrate ## Run Stackflow locally: control plane, operator (local runtime), file backend, a sample Stack (RUN_ARGS=-h lists options)
+	go build -o bin/stackflow-dev ./operator/cmd/stackflow-dev
+	exec ./bin/stackflow-dev $(RUN_ARGS)

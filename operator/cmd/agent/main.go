@@ -67,6 +67,8 @@ func main() {
 	fs.StringVar(&secretEnv, "secret-env", "PULUMI_ACCESS_TOKEN,PULUMI_CONFIG_PASSPHRASE,AWS_SECRET_ACCESS_KEY,AWS_SESSION_TOKEN,ARM_CLIENT_SECRET,GOOGLE_CREDENTIALS", "comma-separated environment variables whose values are redacted from all output")
 	fs.Var(&envFromFlag, "env", "KEY=VALUE environment for pulumi (repeatable)")
 	fs.StringVar(&termPath, "termination-message-path", defaultTerminationPath, "file receiving one line saying why the agent stopped (\"SourceUnavailable: …\", \"InstallationFailed: …\" or the error), read by the workspace runtime; the default, the kubelet's, is written only if it exists")
+	fs.DurationVar(&opts.RunRetention.Retention, "finished-run-retention", agent.DefaultFinishedRunRetention, "how long a finished run (its result and buffered events) stays available to GetOperation and WatchOperation after it ended; running runs are never evicted")
+	fs.IntVar(&opts.RunRetention.MaxFinished, "max-finished-runs", agent.DefaultMaxFinishedRuns, "the most finished runs kept; beyond it the runs that ended first are evicted first")
 	_ = fs.Parse(os.Args[2:])
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "termination-message-path" })
@@ -83,6 +85,9 @@ func main() {
 		opts.Env[k] = v
 	}
 
+	if opts.RunRetention.Retention <= 0 || opts.RunRetention.MaxFinished <= 0 {
+		fail(log, term, fmt.Errorf("--finished-run-retention (%s) and --max-finished-runs (%d) must be positive", opts.RunRetention.Retention, opts.RunRetention.MaxFinished))
+	}
 	authn, err := authenticator(auth, tokenEnv, audience, workspace)
 	if err != nil {
 		fail(log, term, err)

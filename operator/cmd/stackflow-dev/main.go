@@ -32,8 +32,12 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.Level(level)))
 
+	// SIGINT (Ctrl-C) and SIGTERM (make run's process killed, a supervisor
+	// stopping it) both stop the control plane and the agents before exiting;
+	// so does the death of the parent process (stopWithParent).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopWithParent()
 	if err := devenv.Run(ctx, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "stackflow-dev:", err)
 		os.Exit(1)

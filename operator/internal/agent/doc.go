@@ -2,8 +2,10 @@
 // local process in development), fetches one Pulumi program (git, artifact or a
 // local directory), and serves the operator an authenticated gRPC API that runs
 // Pulumi operations through the Automation API — asynchronously, with a run
-// registry keyed by update ID so a restarted operator can re-attach, event
-// streaming, cancellation, and recovery of locks left by killed runs.
+// registry keyed by update ID so a restarted operator can re-attach (bounded:
+// finished runs are evicted after a retention period and beyond a cap, see
+// RunRetention), event streaming, cancellation, and recovery of locks left by
+// killed runs.
 //
 // It imports the generated agent API, the Pulumi Automation API, go-git and
 // Kubernetes client libraries (for TokenReview authentication); never the

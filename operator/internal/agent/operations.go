@@ -67,6 +67,7 @@ func (s *Server) StartOperation(_ context.Context, req *agentv1.StartOperationRe
 	if req.GetType() == agentv1.OperationType_OPERATION_TYPE_UNSPECIFIED {
 		return nil, status.Error(codes.InvalidArgument, "operation type is required: preview, up, refresh or destroy")
 	}
+	s.pruneRuns()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.runs[req.GetUpdateId()]; ok {
@@ -77,7 +78,7 @@ func (s *Server) StartOperation(_ context.Context, req *agentv1.StartOperationRe
 		// set; running now would deploy without it.
 		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is not configured in this workspace yet (SelectStack first)", req.GetStackName())
 	}
-	now := time.Now()
+	now := s.now()
 	op := &agentv1.Operation{
 		UpdateId: req.GetUpdateId(), Type: req.GetType(), StackName: req.GetStackName(),
 		State: agentv1.OperationState_OPERATION_STATE_RUNNING, StartTimeUnixNano: now.UnixNano(),
@@ -174,20 +175,21 @@ func (s *Server) CancelOperation(_ context.Context, req *agentv1.GetOperationReq
 func (s *Server) execute(ctx context.Context, r *run, req *agentv1.StartOperationRequest) {
 	log := s.log.WithValues("update", req.GetUpdateId(), "stack", req.GetStackName(), "type", typeName(req.GetType()))
 	log.Info("Starting operation")
-	result := s.runWithRecovery(ctx, log, r, req)
+	result := s.runner(ctx, log, r, req)
 	s.mu.Lock()
 	delete(s.busy, req.GetStackName())
 	s.mu.Unlock()
 	r.mu.Lock()
 	result.UpdateId, result.Type, result.StackName = r.op.UpdateId, r.op.Type, r.op.StackName
 	result.StartTimeUnixNano, result.Revision = r.op.StartTimeUnixNano, r.op.Revision
-	result.EndTimeUnixNano = time.Now().UnixNano()
+	result.EndTimeUnixNano = s.now().UnixNano()
 	result.Notices = append(r.op.Notices, result.Notices...)
 	result.Message = s.redact.redact(result.Message)
 	r.op = result
 	r.mu.Unlock()
 	close(r.done)
 	log.Info("Operation ended", "state", result.State.String(), "message", result.Message)
+	s.pruneRuns()
 }
 
 // runWithRecovery runs the operation; when the stack is locked by a run of this
@@ -371,6 +373,7 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	}
 	if outputs != nil {
 		res.Outputs = map[string]*agentv1.Output{}
+		var secretOutputs []string
 		for k, v := range outputs {
 			b, merr := json.Marshal(v.Value)
 			if merr != nil {
@@ -379,10 +382,12 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 			res.Outputs[k] = &agentv1.Output{ValueJson: string(b), Secret: v.Secret}
 			if v.Secret {
 				if str, ok := v.Value.(string); ok {
-					s.redact.add(str)
+					secretOutputs = append(secretOutputs, str)
 				}
 			}
 		}
+		// The stack's current outputs replace those of its last run.
+		s.redact.replace(outputsScope(req.GetStackName()), secretOutputs...)
 	}
 	return res
 }

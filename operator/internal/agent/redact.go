@@ -7,28 +7,121 @@ import (
 )
 
 // redactor replaces known secret values (secret config values, credentials from
-// the environment) with "[secret]" in everything the agent reports or logs: the
-// engine masks secrets it knows, but a provider's error message may echo an
-// input verbatim.
+// the environment, secret outputs) with "[secret]" in everything the agent
+// reports or logs: the engine masks secrets it knows, but a provider's error
+// message may echo an input verbatim.
+//
+// Its size is bounded: permanent values (credentials, secret environment) are
+// added once; the values of a scope (a stack's secret configuration, its secret
+// outputs) are replaced by each new set for that scope, and only the current
+// and the previous set of each scope are kept — the previous one because a run
+// that started before the replacement may still print it. Values are deduped,
+// so repeating the same SelectStack never grows it.
 type redactor struct {
-	mu      sync.RWMutex
+	mu        sync.RWMutex
+	permanent map[string]struct{}
+	scopes    map[string]*scopeSecrets
+	// secrets is the union of all of the above, longest first.
 	secrets []string
+}
+
+// scopeSecrets are the current and previous value sets of a scope.
+type scopeSecrets struct {
+	current, previous map[string]struct{}
 }
 
 // minSecretLen avoids redacting short values such as "1" or "yes" everywhere.
 const minSecretLen = 4
 
+func newRedactor() *redactor {
+	return &redactor{permanent: map[string]struct{}{}, scopes: map[string]*scopeSecrets{}}
+}
+
+// add records values redacted for the agent's lifetime.
 func (r *redactor) add(values ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	changed := false
 	for _, v := range values {
-		if len(v) < minSecretLen {
+		if _, ok := r.permanent[v]; ok || len(v) < minSecretLen {
 			continue
 		}
+		r.permanent[v] = struct{}{}
+		changed = true
+	}
+	if changed {
+		r.rebuild()
+	}
+}
+
+// replace makes values the current set of scope; the set they replace is kept
+// as the previous one, the one before it dropped.
+func (r *redactor) replace(scope string, values ...string) {
+	next := map[string]struct{}{}
+	for _, v := range values {
+		if len(v) >= minSecretLen {
+			next[v] = struct{}{}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sc, ok := r.scopes[scope]
+	if !ok {
+		sc = &scopeSecrets{}
+		r.scopes[scope] = sc
+	}
+	if sameSet(sc.current, next) {
+		return // a repeated SelectStack: nothing to shift
+	}
+	sc.previous, sc.current = sc.current, next
+	r.rebuild()
+}
+
+func sameSet(a, b map[string]struct{}) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for v := range a {
+		if _, ok := b[v]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// rebuild recomputes the redaction list; r.mu must be held for writing.
+func (r *redactor) rebuild() {
+	all := map[string]struct{}{}
+	for v := range r.permanent {
+		all[v] = struct{}{}
+	}
+	for _, sc := range r.scopes {
+		for v := range sc.current {
+			all[v] = struct{}{}
+		}
+		for v := range sc.previous {
+			all[v] = struct{}{}
+		}
+	}
+	r.secrets = r.secrets[:0]
+	for v := range all {
 		r.secrets = append(r.secrets, v)
 	}
-	// Longest first, so a secret containing another is replaced whole.
-	sort.Slice(r.secrets, func(i, j int) bool { return len(r.secrets[i]) > len(r.secrets[j]) })
+	// Longest first, so a secret containing another is replaced whole; then
+	// by value, for a stable order.
+	sort.Slice(r.secrets, func(i, j int) bool {
+		if len(r.secrets[i]) != len(r.secrets[j]) {
+			return len(r.secrets[i]) > len(r.secrets[j])
+		}
+		return r.secrets[i] < r.secrets[j]
+	})
+}
+
+// size is the number of distinct values redacted.
+func (r *redactor) size() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.secrets)
 }
 
 func (r *redactor) redact(s string) string {
@@ -39,3 +132,7 @@ func (r *redactor) redact(s string) string {
 	}
 	return s
 }
+
+// Redaction scopes.
+func configScope(stack string) string  { return "config/" + stack }
+func outputsScope(stack string) string { return "outputs/" + stack }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -37,6 +38,9 @@ type Options struct {
 	Hostname string
 	// SecretEnv names environment variables whose values are secrets to redact.
 	SecretEnv []string
+	// RunRetention bounds the finished runs kept for GetOperation and
+	// WatchOperation; zero fields take the defaults.
+	RunRetention RunRetention
 }
 
 // Server implements the agent API over one fetched program.
@@ -54,6 +58,13 @@ type Server struct {
 	logLevel uint
 	redact   *redactor
 	alive    processAlive
+	// now is the clock for run start and end times and run eviction.
+	now func() time.Time
+	// retention decides which finished runs are evicted.
+	retention RunRetention
+	// runner runs an operation to its result (runWithRecovery; replaced in
+	// tests of the run registry).
+	runner func(ctx context.Context, log logr.Logger, r *run, req *agentv1.StartOperationRequest) *agentv1.Operation
 
 	mu   sync.Mutex
 	runs map[string]*run
@@ -87,7 +98,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	}
 	log.Info("Fetched program source", "revision", fetched.Revision, "dir", fetched.ProgramDir)
 
-	red := &redactor{}
+	red := newRedactor()
 	red.add(opts.Source.GitAuth.Token, opts.Source.GitAuth.Password, opts.Source.GitAuth.SSHPrivateKey)
 	for _, name := range opts.SecretEnv {
 		red.add(os.Getenv(name), opts.Env[name])
@@ -119,11 +130,21 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	if hostname == "" {
 		hostname, _ = os.Hostname()
 	}
-	return &Server{
-		log: log, ws: ws, wsOpts: wsOpts, revision: fetched.Revision, project: *proj,
-		version: cmd.Version().String(), hostname: hostname, instance: newInstanceID(), logLevel: opts.LogLevel, redact: red, alive: livePulumiProcess,
+	s := newServer(log, red, opts.RunRetention)
+	s.ws, s.wsOpts, s.revision, s.project = ws, wsOpts, fetched.Revision, *proj
+	s.version, s.hostname, s.logLevel = cmd.Version().String(), hostname, opts.LogLevel
+	return s, nil
+}
+
+// newServer returns a server with empty registries and no workspace.
+func newServer(log logr.Logger, red *redactor, retention RunRetention) *Server {
+	s := &Server{
+		log: log, instance: newInstanceID(), redact: red, alive: livePulumiProcess,
+		now: time.Now, retention: retention.withDefaults(),
 		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{}, stacks: map[string]auto.Stack{},
-	}, nil
+	}
+	s.runner = s.runWithRecovery
+	return s
 }
 
 // Info describes the workspace.
@@ -147,7 +168,6 @@ func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackReques
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	s.redact.add(secrets...)
 
 	s.mu.Lock()
 	if id, running := s.busy[req.GetStackName()]; running {
@@ -155,6 +175,10 @@ func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackReques
 		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is busy with update %s; configuration is applied after it", req.GetStackName(), id)
 	}
 	s.mu.Unlock()
+	// The stack's secret configuration replaces the one it had (kept as the
+	// previous set), so selecting a stack again and again never grows the
+	// redactor.
+	s.redact.replace(configScope(req.GetStackName()), secrets...)
 
 	var stack auto.Stack
 	if req.GetCreate() {
