@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
@@ -204,5 +206,27 @@ func TestServerEvictsFinishedRuns(t *testing.T) {
 	s.pruneRuns()
 	if got := state("long"); got != agentv1.OperationState_OPERATION_STATE_SUCCEEDED {
 		t.Fatalf("finished long run = %v, want its result", got)
+	}
+}
+
+// TestSelectStackAgainWhileBusy: the configuration already applied is
+// accepted again at once, even while an update runs on the stack (an
+// operator that restarted forgot what it applied and asks again); another
+// configuration waits for the update.
+func TestSelectStackAgainWhileBusy(t *testing.T) {
+	s := newServer(logr.Discard(), newRedactor(), RunRetention{})
+	applied := &agentv1.SelectStackRequest{StackName: "dev", Create: true, Config: []*agentv1.ConfigItem{
+		{Key: "content", Source: &agentv1.ConfigItem_ValueJson{ValueJson: `"v1"`}}}}
+	s.selected["dev"] = selectDigest(applied)
+	s.busy["dev"] = "update-1"
+	again := &agentv1.SelectStackRequest{StackName: "dev", Create: true, Config: []*agentv1.ConfigItem{
+		{Key: "content", Source: &agentv1.ConfigItem_ValueJson{ValueJson: `"v1"`}}}}
+	if _, err := s.SelectStack(context.Background(), again); err != nil {
+		t.Fatalf("the applied configuration again while busy: %v", err)
+	}
+	changed := &agentv1.SelectStackRequest{StackName: "dev", Create: true, Config: []*agentv1.ConfigItem{
+		{Key: "content", Source: &agentv1.ConfigItem_ValueJson{ValueJson: `"v2"`}}}}
+	if _, err := s.SelectStack(context.Background(), changed); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a new configuration while busy = %v, want FailedPrecondition", err)
 	}
 }

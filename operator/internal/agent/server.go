@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
@@ -77,6 +79,10 @@ type Server struct {
 	// stacks are the stacks selected through SelectStack: operations use them
 	// directly, saving a `pulumi stack select` per run.
 	stacks map[string]auto.Stack
+	// selected holds, by stack, the digest of the SelectStack request last
+	// applied: the same request again is answered at once, even while an
+	// update runs, so the operator needs no memory of what it applied.
+	selected map[string]string
 }
 
 // New fetches the program, installs its dependencies and returns a server.
@@ -142,6 +148,7 @@ func newServer(log logr.Logger, red *redactor, retention RunRetention) *Server {
 		log: log, instance: newInstanceID(), redact: red, alive: livePulumiProcess,
 		now: time.Now, retention: retention.withDefaults(),
 		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{}, stacks: map[string]auto.Stack{},
+		selected: map[string]string{},
 	}
 	s.runner = s.runWithRecovery
 	return s
@@ -169,7 +176,15 @@ func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
+	digest := selectDigest(req)
 	s.mu.Lock()
+	if s.selected[req.GetStackName()] == digest {
+		// This very configuration is applied already: an operator that
+		// restarted (and so forgot what it applied) asks again, maybe while
+		// an update runs. Nothing to do, and nothing to wait for.
+		s.mu.Unlock()
+		return &agentv1.SelectStackResponse{StackName: req.GetStackName()}, nil
+	}
 	if id, running := s.busy[req.GetStackName()]; running {
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is busy with update %s; configuration is applied after it", req.GetStackName(), id)
@@ -209,8 +224,19 @@ func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackReques
 			return nil, status.Errorf(codes.InvalidArgument, "add environments %v to %s: %s", envs, req.GetStackName(), s.redact.redact(summarize(err)))
 		}
 	}
+	s.mu.Lock()
+	s.selected[req.GetStackName()] = digest
+	s.mu.Unlock()
 	s.log.Info("Selected stack", "stack", req.GetStackName(), "configKeys", len(cfg))
 	return &agentv1.SelectStackResponse{StackName: req.GetStackName()}, nil
+}
+
+// selectDigest identifies a SelectStack request (kept in memory only: the
+// request holds secret values).
+func selectDigest(req *agentv1.SelectStackRequest) string {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	sum := sha256.Sum256(b)
+	return string(sum[:])
 }
 
 // configValue is a resolved configuration value.

@@ -57,7 +57,10 @@ type WorkspaceReconciler struct {
 
 	// applied remembers, per Workspace UID, which agent instance holds which
 	// stack configuration, so configuration is applied once per change or
-	// agent restart, not on every reconcile.
+	// agent restart, not on every reconcile. It only saves calls: a
+	// restarted operator, which remembers nothing, applies it again and the
+	// agent (which knows what it holds) accepts the same configuration at
+	// once, even while an update runs.
 	applied sync.Map // types.UID → appliedConfig
 }
 
