@@ -240,3 +240,26 @@ func TestRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestDriftCheckOnly: a drift check in flight leaves the Stack Ready only
+// while it wants nothing else.
+func TestDriftCheckOnly(t *testing.T) {
+	cu := &pulumiv1.CurrentStackUpdate{Name: "app-3", Purpose: pulumiv1.UpdatePurposeDriftCheck}
+	s := glueStack()
+	s.Status.LastUpdate = &pulumiv1.StackUpdateState{Generation: s.Generation, Type: "up", State: pulumiv1.SucceededStackStateMessage}
+	if !driftCheckOnly(s, cu) {
+		t.Fatal("a check of an up-to-date Stack")
+	}
+	s.Generation++
+	if driftCheckOnly(s, cu) {
+		t.Fatal("a new generation must not be reported Ready while a check runs")
+	}
+	s.Generation--
+	s.Annotations = map[string]string{pulumiv1.ReconcileRequestAnnotation: "now"}
+	if driftCheckOnly(s, cu) {
+		t.Fatal("a new reconcile request must not be reported handled while a check runs")
+	}
+	if driftCheckOnly(glueStack(), &pulumiv1.CurrentStackUpdate{Purpose: pulumiv1.UpdatePurposeDeploy}) {
+		t.Fatal("a deploy is not a check")
+	}
+}

@@ -60,11 +60,21 @@ func (r *StackReconciler) startUpdate(ctx context.Context, sc *stackScope, p sta
 	}
 	cu := r.adopt(s, u)
 	log.FromContext(ctx).Info("Started update", "update", u.Name, "type", u.Spec.Type, "purpose", cu.Purpose, "revision", cu.Commit, "reason", why)
-	if cu.Purpose == pulumiv1.UpdatePurposeDriftCheck {
+	if driftCheckOnly(s, cu) {
 		// See reconcileCurrentUpdate: the Stack stays Ready during a check.
 		return errUpToDate
 	}
 	return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: fmt.Sprintf("%s %s running for %s (%s)", u.Spec.Type, u.Name, shortRev(cu.Commit), why)}
+}
+
+// driftCheckOnly: the update in flight is a drift check and the Stack wants
+// nothing else yet — the spec and reconcile request its last update ran for
+// are current — so it is still Ready. A new generation or request waits for
+// the check to end and is not reported Ready meanwhile.
+func driftCheckOnly(s *pulumiv1.Stack, cu *pulumiv1.CurrentStackUpdate) bool {
+	lu := s.Status.LastUpdate
+	return cu.Purpose == pulumiv1.UpdatePurposeDriftCheck && s.DeletionTimestamp.IsZero() && lu != nil &&
+		lu.Generation == s.Generation && s.Annotations[pulumiv1.ReconcileRequestAnnotation] == lu.ReconcileRequest
 }
 
 // adopt makes u the Stack's current update, from the facts it carries.
@@ -114,7 +124,7 @@ func (r *StackReconciler) reconcileCurrentUpdate(ctx context.Context, sc *stackS
 	}
 	complete := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete)
 	if complete == nil || complete.Status != metav1.ConditionTrue {
-		if cu.Purpose == pulumiv1.UpdatePurposeDriftCheck && s.DeletionTimestamp.IsZero() && s.Status.LastUpdate != nil {
+		if driftCheckOnly(s, cu) {
 			// A drift check observes and changes nothing: the Stack stays
 			// Ready meanwhile (Argo CD does not see it progress every few
 			// minutes); nothing else runs until it ends and wakes the Stack.
