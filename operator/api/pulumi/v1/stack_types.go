@@ -604,14 +604,20 @@ type StackConflict struct {
 	// revision and inputs.
 	// +optional
 	Count int64 `json:"count,omitempty"`
-	// generation, revision, inputsDigest and reconcileRequest are what the
-	// conflicting update ran for: a change of any of them ends the conflict.
+	// generation is the Stack generation the conflicting update ran for; a
+	// new one ends the conflict.
 	// +optional
 	Generation int64 `json:"generation,omitempty"`
+	// revision is the commit (or artifact revision) the conflicting update
+	// ran for; a new one ends the conflict.
 	// +optional
 	Revision string `json:"revision,omitempty"`
+	// inputsDigest is the digest of the inputs the conflicting update ran
+	// with; new inputs end the conflict.
 	// +optional
 	InputsDigest string `json:"inputsDigest,omitempty"`
+	// reconcileRequest is the reconcile request the conflicting update ran
+	// for; a new request ends the conflict.
 	// +optional
 	ReconcileRequest string `json:"reconcileRequest,omitempty"`
 	// message is the engine's conflict message.
