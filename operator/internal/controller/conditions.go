@@ -27,3 +27,22 @@ func writeStatus(ctx context.Context, c client.Client, base, obj client.Object, 
 		*retErr = client.IgnoreNotFound(err)
 	}
 }
+
+// writeStatusLocked is writeStatus with optimistic locking: a reconcile that
+// worked from a stale copy of the object fails (and is retried on the stored
+// one) instead of overwriting a newer status. It reports whether the status
+// is stored as computed (written, or unchanged), so events derived from the
+// change are sent once.
+func writeStatusLocked(ctx context.Context, c client.Client, base, obj client.Object, changed bool, retErr *error) bool {
+	if !changed {
+		return true
+	}
+	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if *retErr == nil {
+			*retErr = client.IgnoreNotFound(err)
+		}
+		return false
+	}
+	return true
+}
+

@@ -108,10 +108,14 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	base := ws.DeepCopy()
 	defer func() {
+		// The event follows the stored change: a reconcile that worked from
+		// a stale copy writes nothing and says nothing.
+		if !writeStatusLocked(ctx, r.Client, base, ws, !equality.Semantic.DeepEqual(base.Status, ws.Status), &retErr) {
+			return
+		}
 		if typ, reason, msg, ok := workspaceEvent(base.Status.Conditions, ws.Status.Conditions); ok {
 			r.Recorder.Event(ws, typ, reason, msg)
 		}
-		writeStatus(ctx, r.Client, base, ws, !equality.Semantic.DeepEqual(base.Status, ws.Status), &retErr)
 	}()
 
 	if !ws.DeletionTimestamp.IsZero() {
