@@ -45,4 +45,3 @@ func writeStatusLocked(ctx context.Context, c client.Client, base, obj client.Ob
 	}
 	return true
 }
-
