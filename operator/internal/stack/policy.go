@@ -13,12 +13,12 @@ const (
 	// DefaultResync is how often a tracked branch is re-resolved.
 	DefaultResync = 60 * time.Second
 	// FirstRetry is the delay before the first retry of a failed update.
-	FirstRetry = 10 * time.Second
+	FirstRetry = pulumiv1.RetryFirstDelay
 	// DefaultMaxBackoff caps the retry backoff when the spec does not.
-	DefaultMaxBackoff = time.Hour
+	DefaultMaxBackoff = pulumiv1.RetryDefaultMaxBackoff
 	// MaxFailures is how many consecutive failed updates show a Stack as
 	// Stalled; it is still retried at the backoff cap.
-	MaxFailures = 5
+	MaxFailures = pulumiv1.RetryStallAfter
 	// MaxConflictBackoff caps the wait before retrying an update that met
 	// another run's lock (retryOnUpdateConflict).
 	MaxConflictBackoff = 5 * time.Minute
@@ -315,23 +315,13 @@ func ConflictCount(prev *pulumiv1.StackConflict, generation int64, revision, inp
 
 // Backoff is the delay before retry number failures: FirstRetry doubled per
 // failure after the first, capped at max.
+// The schedule is the API's (pulumiv1.RetryBackoff), which the analysis
+// service reads too.
 func Backoff(failures int64, max time.Duration) time.Duration {
-	d := FirstRetry
-	for i := int64(1); i < failures && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return d
+	return pulumiv1.RetryBackoff(failures, max)
 }
 
-func maxBackoff(s *pulumiv1.Stack) time.Duration {
-	if s.Spec.RetryMaxBackoffDurationSeconds > 0 {
-		return time.Duration(s.Spec.RetryMaxBackoffDurationSeconds) * time.Second
-	}
-	return DefaultMaxBackoff
-}
+func maxBackoff(s *pulumiv1.Stack) time.Duration { return s.RetryMaxBackoff() }
 
 // resyncInterval is how often the source is re-resolved (0: never, for a
 // pinned commit without continueResyncOnCommitMatch).

@@ -1,0 +1,199 @@
+package verification
+
+import (
+	"time"
+)
+
+// Phase is the verdict of a verification.
+type Phase string
+
+const (
+	// PhasePending: the Stack does not target the commit yet, has not
+	// observed its current generation, or does not exist (yet).
+	PhasePending Phase = "Pending"
+	// PhaseRunning: an update for the commit is in flight, or failed and will
+	// be retried.
+	PhaseRunning Phase = "Running"
+	// PhaseSucceeded: the last update of the requested operation at the
+	// commit succeeded for the Stack's current generation.
+	PhaseSucceeded Phase = "Succeeded"
+	// PhaseFailed: the commit's update failed terminally.
+	PhaseFailed Phase = "Failed"
+)
+
+// Reasons say why a verification has its phase. They are part of the API:
+// templates and steps may match on them.
+const (
+	// Pending
+	ReasonStackNotFound          = "StackNotFound"
+	ReasonCommitNotTargeted      = "CommitNotTargeted"
+	ReasonGenerationNotObserved  = "GenerationNotObserved"
+	ReasonAwaitingUpdate         = "AwaitingUpdate"
+	ReasonSucceededOutsideWindow = "SucceededOutsideWindow"
+	ReasonCloudUnavailable       = "CloudUnavailable"
+	// Running
+	ReasonUpdateInProgress      = "UpdateInProgress"
+	ReasonRetryingAfterFailure  = "RetryingAfterFailure"
+	ReasonRetryingAfterConflict = "RetryingAfterConflict"
+	// Succeeded
+	ReasonUpdateSucceeded = "UpdateSucceeded"
+	// Failed
+	ReasonStackStalled       = "StackStalled"
+	ReasonChangesNotExpected = "ChangesNotExpected"
+	ReasonPolicyViolation    = "PolicyViolation"
+	ReasonOperationMismatch  = "OperationMismatch"
+	ReasonStackDeleting      = "StackDeleting"
+	ReasonUpdateFailed       = "UpdateFailed"
+)
+
+// Operation is the Pulumi operation a verification asks about.
+type Operation string
+
+const (
+	OperationUp      Operation = "up"
+	OperationPreview Operation = "preview"
+)
+
+// Result is the JSON body of a verification (and of a Stack summary, where
+// Phase says what the current state would answer for the commit the Stack
+// last ran). It never carries configuration values, outputs or anything
+// secret: only names, commits, times, states and change counts.
+type Result struct {
+	// Phase is Pending, Running, Succeeded or Failed.
+	Phase Phase `json:"phase"`
+	// Reason is a PascalCase constant saying why.
+	Reason string `json:"reason"`
+	// Message says it for a person.
+	Message string `json:"message"`
+	// Operation is the operation asked about (up or preview).
+	Operation Operation `json:"operation,omitempty"`
+	// RequestedCommit is the commit asked about, as given (lower case).
+	RequestedCommit *Commit `json:"requestedCommit,omitempty"`
+	// ObservedCommit is the commit of the update the answer is about: the
+	// one in flight, or the last one that ran.
+	ObservedCommit *Commit `json:"observedCommit,omitempty"`
+	// Stack describes the Stack.
+	Stack StackRef `json:"stack"`
+	// Update is the update the answer is about, when there is one.
+	Update *Update `json:"update,omitempty"`
+	// Retry says when a failed update will be tried again (phase Running,
+	// reason RetryingAfterFailure or RetryingAfterConflict).
+	Retry *Retry `json:"retry,omitempty"`
+	// ObservedAt is when the answer was computed.
+	ObservedAt time.Time `json:"observedAt"`
+}
+
+// Commit is a commit SHA, full (as far as known) and short (7 characters).
+type Commit struct {
+	SHA   string `json:"sha"`
+	Short string `json:"short"`
+}
+
+// NewCommit builds a Commit from a SHA or an artifact revision
+// ("main@sha1:<sha>"); nil for an empty one.
+func NewCommit(rev string) *Commit {
+	sha := CommitSHA(rev)
+	if sha == "" {
+		return nil
+	}
+	short := sha
+	if len(short) > 7 {
+		short = short[:7]
+	}
+	return &Commit{SHA: sha, Short: short}
+}
+
+// StackRef names the Stack and what it has done. For a Kubernetes Stack,
+// Namespace and Name; for a Pulumi Cloud stack, Organization, Project and
+// Name.
+type StackRef struct {
+	Namespace          string `json:"namespace,omitempty"`
+	Organization       string `json:"organization,omitempty"`
+	Project            string `json:"project,omitempty"`
+	Name               string `json:"name"`
+	Generation         int64  `json:"generation,omitempty"`
+	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
+	// Branch is the branch a branch-tracking Stack follows.
+	Branch string `json:"branch,omitempty"`
+	// TargetCommit is the commit a pinned Stack targets (spec.commit).
+	TargetCommit *Commit `json:"targetCommit,omitempty"`
+	// LastSuccessfulCommit is the commit of the last successful update of
+	// any kind (PKO's status.lastUpdate.lastSuccessfulCommit).
+	LastSuccessfulCommit *Commit `json:"lastSuccessfulCommit,omitempty"`
+	// LastAttemptedCommit is the commit of the last update, successful or
+	// not.
+	LastAttemptedCommit *Commit `json:"lastAttemptedCommit,omitempty"`
+}
+
+// Update states.
+const (
+	UpdateStatePending   = "pending"
+	UpdateStateRunning   = "running"
+	UpdateStateSucceeded = "succeeded"
+	UpdateStateFailed    = "failed"
+)
+
+// Update describes one update (an Update object, or a Pulumi Cloud update).
+type Update struct {
+	Name string `json:"name"`
+	// Type is up, preview, refresh or destroy.
+	Type string `json:"type"`
+	// State is pending, running, succeeded or failed.
+	State     string     `json:"state"`
+	StartTime *time.Time `json:"startTime,omitempty"`
+	EndTime   *time.Time `json:"endTime,omitempty"`
+	Permalink string     `json:"permalink,omitempty"`
+	// Changes counts the resource operations the update made (or, for a
+	// preview, would make). Absent when unknown (the Update object was
+	// already deleted).
+	Changes *Changes `json:"changes,omitempty"`
+}
+
+// Changes counts resource operations by kind, as Pulumi's change summary
+// does.
+type Changes struct {
+	Create  int64 `json:"create"`
+	Update  int64 `json:"update"`
+	Delete  int64 `json:"delete"`
+	Replace int64 `json:"replace"`
+	Same    int64 `json:"same"`
+}
+
+// NewChanges folds a Pulumi change summary (operation → count) into Changes.
+// A replacement counts once, as "replace" (Pulumi also reports its
+// create-replacement and delete-replaced halves, which are not counted
+// again).
+func NewChanges(summary map[string]int64) *Changes {
+	if summary == nil {
+		return nil
+	}
+	return &Changes{
+		Create:  summary["create"],
+		Update:  summary["update"],
+		Delete:  summary["delete"],
+		Replace: summary["replace"],
+		Same:    summary["same"],
+	}
+}
+
+// Retry says when a failed update runs again.
+type Retry struct {
+	// Attempt is how many times in a row the update failed so far.
+	Attempt int64 `json:"attempt"`
+	// StallsAfter is the failure count at which the Stack stops retrying
+	// at backoff and shows Stalled (the verification then fails).
+	StallsAfter int64 `json:"stallsAfter,omitempty"`
+	// NextTime is when the next attempt is due.
+	NextTime *time.Time `json:"nextTime,omitempty"`
+}
+
+// Error is the JSON body of a 4xx/5xx answer.
+type Error struct {
+	// Code is the HTTP status code.
+	Code int `json:"code"`
+	// Reason is a PascalCase constant: BadRequest, Unauthorized, Forbidden,
+	// NotFound, MethodNotAllowed, ServiceUnavailable.
+	Reason string `json:"reason"`
+	// Message says what is wrong and how to fix it.
+	Message string `json:"message"`
+}

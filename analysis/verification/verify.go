@@ -1,0 +1,265 @@
+package verification
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+)
+
+// Input is what a verification looks at.
+type Input struct {
+	// Namespace and Name name the Stack asked about (Stack may be nil).
+	Namespace, Name string
+	// Stack is the Stack, nil when it does not exist.
+	Stack *pulumiv1.Stack
+	// Update returns the Update object of that name in the Stack's
+	// namespace, nil when there is none (finished Updates are deleted after
+	// their TTL).
+	Update func(name string) *autov1alpha1.Update
+	// Query is the request.
+	Query Query
+	// Now is the clock.
+	Now time.Time
+}
+
+// terminalFailure matches engine errors that retrying the same commit cannot
+// fix: an update run with expectNoChanges that found changes, and mandatory
+// policy violations.
+var (
+	changesNotExpected = regexp.MustCompile(`(?i)no changes were expected`)
+	policyViolation    = regexp.MustCompile(`(?i)policy violation|mandatory polic`)
+)
+
+// Verify answers whether the Stack applied (operation up) or previewed
+// (operation preview) the requested commit. The rules, in order:
+//
+//  1. no Stack: Pending (Argo CD may not have synced it yet);
+//  2. a Stack being deleted: Failed;
+//  3. a pinned Stack (spec.commit) whose commit is another: Pending;
+//  4. an update in flight for the current generation at the commit:
+//     Running;
+//  5. a generation not yet processed: Pending;
+//  6. a Stack that runs the other operation (spec.preview): Failed;
+//  7. a Stack Stalled at its current generation: Failed (but Pending when
+//     a branch-tracking Stack is stalled on another commit);
+//  8. a conflict with another run, retried: Running;
+//  9. the last update, for the current generation at the commit and of the
+//     requested operation: Succeeded (within Query.Within), Failed
+//     (expectNoChanges or policy violations), or Running (retried, with the
+//     attempt and when);
+//  10. otherwise Pending: the operator has not run the commit yet.
+//
+// A preview never satisfies an up verification, nor an up a preview one.
+func Verify(in Input) Result {
+	r := Result{
+		Operation:       in.Query.Operation,
+		RequestedCommit: &Commit{SHA: in.Query.Commit, Short: shortSHA(in.Query.Commit)},
+		Stack:           StackRef{Namespace: in.Namespace, Name: in.Name},
+		ObservedAt:      in.Now.UTC(),
+	}
+	s := in.Stack
+	if s == nil {
+		return r.with(PhasePending, ReasonStackNotFound, "Stack %s/%s does not exist yet (has Argo CD synced it?)", in.Namespace, in.Name)
+	}
+	describeStack(&r, s)
+	q := in.Query
+	gen := s.Generation
+	if s.DeletionTimestamp != nil {
+		return r.with(PhaseFailed, ReasonStackDeleting, "Stack %s/%s is being deleted; it will not apply %s", s.Namespace, s.Name, r.RequestedCommit.Short)
+	}
+	if s.Spec.Commit != "" && !Matches(s.Spec.Commit, q.Commit) {
+		return r.with(PhasePending, ReasonCommitNotTargeted, "the Stack targets commit %s, not %s (has Argo CD synced the change?)", shortSHA(CommitSHA(s.Spec.Commit)), r.RequestedCommit.Short)
+	}
+	op := stackOperation(s)
+
+	if cu := s.Status.CurrentUpdate; cu != nil && cu.Purpose != pulumiv1.UpdatePurposeDriftCheck && cu.Generation == gen && Matches(cu.Commit, q.Commit) && op == q.Operation {
+		r.ObservedCommit = NewCommit(cu.Commit)
+		r.Update = describeUpdate(in.Update(cu.Name), cu.Name, string(op))
+		attempt := int64(1)
+		if lu := s.Status.LastUpdate; lu != nil && lu.State == pulumiv1.FailedStackStateMessage && lu.Generation == gen && Matches(lu.LastAttemptedCommit, q.Commit) {
+			attempt = lu.Failures + 1
+		}
+		if attempt > 1 {
+			return r.with(PhaseRunning, ReasonUpdateInProgress, "%s of %s is running (attempt %d, after %d failures)", op, r.ObservedCommit.Short, attempt, attempt-1)
+		}
+		return r.with(PhaseRunning, ReasonUpdateInProgress, "%s of %s is running", op, r.ObservedCommit.Short)
+	}
+
+	if s.Status.ObservedGeneration < gen {
+		return r.with(PhasePending, ReasonGenerationNotObserved, "the operator has not processed generation %d of the Stack yet (observed: %d)", gen, s.Status.ObservedGeneration)
+	}
+	if op != q.Operation {
+		if op == OperationPreview {
+			return r.with(PhaseFailed, ReasonOperationMismatch, "the Stack runs previews only (spec.preview: true): it never applies %s; verify with operation=preview, or set spec.preview to false", r.RequestedCommit.Short)
+		}
+		return r.with(PhaseFailed, ReasonOperationMismatch, "the Stack applies its program (spec.preview is not set): it runs no preview of %s; verify with operation=up, or set spec.preview: true", r.RequestedCommit.Short)
+	}
+
+	lu := s.Status.LastUpdate
+	luAtCommit := lu != nil && lu.Generation == gen && Matches(lu.LastAttemptedCommit, q.Commit) && Operation(lu.Type) == q.Operation
+	if lu != nil {
+		r.ObservedCommit = NewCommit(lu.LastAttemptedCommit)
+	}
+
+	if st := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.StalledCondition); st != nil && st.Status == metav1.ConditionTrue && st.ObservedGeneration >= gen {
+		if st.Reason == pulumiv1.StalledUpdateFailedReason && !luAtCommit && s.Spec.Commit == "" {
+			return r.with(PhasePending, ReasonAwaitingUpdate, "the Stack tracks %s and is stalled on another commit (%s); it has not run %s", branchOf(s), shortOf(r.ObservedCommit), r.RequestedCommit.Short)
+		}
+		if luAtCommit {
+			r.Update = describeLastUpdate(in.Update(lu.Name), lu)
+		}
+		return r.with(PhaseFailed, ReasonStackStalled, "the Stack is stalled (%s): %s", st.Reason, st.Message)
+	}
+
+	if c := s.Status.Conflict; c != nil && c.Generation == gen && Matches(c.Revision, q.Commit) {
+		r.ObservedCommit = NewCommit(c.Revision)
+		r.Update = describeUpdate(in.Update(c.Update), c.Update, string(op))
+		return r.with(PhaseRunning, ReasonRetryingAfterConflict, "%s of %s met another update's lock (%d in a row); the operator retries it", op, r.ObservedCommit.Short, c.Count)
+	}
+
+	if luAtCommit {
+		r.Update = describeLastUpdate(in.Update(lu.Name), lu)
+		if lu.State == pulumiv1.SucceededStackStateMessage {
+			if w := q.Within; w > 0 && in.Now.Sub(lu.LastResyncTime.Time) > w {
+				return r.with(PhasePending, ReasonSucceededOutsideWindow, "%s of %s succeeded at %s, longer ago than %s", op, r.ObservedCommit.Short, lu.LastResyncTime.UTC().Format(time.RFC3339), w)
+			}
+			return r.with(PhaseSucceeded, ReasonUpdateSucceeded, "%s of %s succeeded", op, r.ObservedCommit.Short)
+		}
+		switch {
+		case changesNotExpected.MatchString(lu.Message):
+			return r.with(PhaseFailed, ReasonChangesNotExpected, "%s of %s ran with expectNoChanges and found changes", op, r.ObservedCommit.Short)
+		case policyViolation.MatchString(lu.Message):
+			return r.with(PhaseFailed, ReasonPolicyViolation, "%s of %s violated a mandatory policy", op, r.ObservedCommit.Short)
+		}
+		next, _ := s.NextRetryTime()
+		next = next.UTC()
+		r.Retry = &Retry{Attempt: lu.Failures, StallsAfter: pulumiv1.RetryStallAfter, NextTime: &next}
+		return r.with(PhaseRunning, ReasonRetryingAfterFailure, "%s of %s failed (attempt %d of %d before the Stack stalls); the operator retries it at %s", op, r.ObservedCommit.Short, lu.Failures, pulumiv1.RetryStallAfter, next.Format(time.RFC3339))
+	}
+
+	if s.Spec.Commit == "" {
+		return r.with(PhasePending, ReasonAwaitingUpdate, "the Stack tracks %s; its last update ran %s, not %s", branchOf(s), shortOf(r.ObservedCommit), r.RequestedCommit.Short)
+	}
+	return r.with(PhasePending, ReasonAwaitingUpdate, "the operator has not run %s of %s for generation %d yet", op, r.RequestedCommit.Short, gen)
+}
+
+// Summary is the current state of a Stack, as the verification of the commit
+// it last ran (or runs now) would see it.
+func Summary(in Input) Result {
+	s := in.Stack
+	in.Query.Operation = OperationUp
+	if s != nil {
+		in.Query.Operation = stackOperation(s)
+		rev := s.Spec.Commit
+		if cu := s.Status.CurrentUpdate; cu != nil && cu.Purpose != pulumiv1.UpdatePurposeDriftCheck {
+			rev = cu.Commit
+		} else if lu := s.Status.LastUpdate; rev == "" && lu != nil {
+			rev = lu.LastAttemptedCommit
+		}
+		in.Query.Commit = CommitSHA(rev)
+	}
+	if in.Query.Commit == "" || !IsCommit(in.Query.Commit) {
+		r := Verify(Input{Namespace: in.Namespace, Name: in.Name, Stack: nil, Now: in.Now, Update: in.Update})
+		r.RequestedCommit = nil
+		if s != nil {
+			describeStack(&r, s)
+			return r.with(PhasePending, ReasonAwaitingUpdate, "the Stack has not run an update yet")
+		}
+		return r
+	}
+	r := Verify(in)
+	r.RequestedCommit = nil
+	return r
+}
+
+func (r Result) with(p Phase, reason, format string, args ...any) Result {
+	r.Phase, r.Reason, r.Message = p, reason, fmt.Sprintf(format, args...)
+	return r
+}
+
+func stackOperation(s *pulumiv1.Stack) Operation {
+	if s.Spec.Preview {
+		return OperationPreview
+	}
+	return OperationUp
+}
+
+func describeStack(r *Result, s *pulumiv1.Stack) {
+	r.Stack.Generation = s.Generation
+	r.Stack.ObservedGeneration = s.Status.ObservedGeneration
+	r.Stack.Branch = s.Spec.Branch
+	r.Stack.TargetCommit = NewCommit(s.Spec.Commit)
+	if lu := s.Status.LastUpdate; lu != nil {
+		r.Stack.LastSuccessfulCommit = NewCommit(lu.LastSuccessfulCommit)
+		r.Stack.LastAttemptedCommit = NewCommit(lu.LastAttemptedCommit)
+	}
+}
+
+// describeUpdate describes an Update object; fallbackType is used while it
+// is not in the cache yet.
+func describeUpdate(u *autov1alpha1.Update, name, fallbackType string) *Update {
+	if u == nil {
+		return &Update{Name: name, Type: fallbackType, State: UpdateStatePending}
+	}
+	d := &Update{Name: u.Name, Type: string(u.Spec.Type), State: updateState(u), Permalink: u.Status.Permalink, Changes: NewChanges(u.Status.Changes)}
+	d.StartTime = timePtr(u.Status.StartTime)
+	d.EndTime = timePtr(u.Status.EndTime)
+	return d
+}
+
+// describeLastUpdate describes the Stack's last update from its Update
+// object, or from the Stack's record when the object is gone.
+func describeLastUpdate(u *autov1alpha1.Update, lu *pulumiv1.StackUpdateState) *Update {
+	if u != nil {
+		return describeUpdate(u, lu.Name, string(lu.Type))
+	}
+	return &Update{Name: lu.Name, Type: string(lu.Type), State: string(lu.State), Permalink: string(lu.Permalink), EndTime: timePtr(lu.LastResyncTime)}
+}
+
+func updateState(u *autov1alpha1.Update) string {
+	if c := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete); c != nil && c.Status == metav1.ConditionTrue {
+		if f := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeFailed); f != nil && f.Status == metav1.ConditionTrue {
+			return UpdateStateFailed
+		}
+		return UpdateStateSucceeded
+	}
+	if c := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeProgressing); c != nil && c.Status == metav1.ConditionTrue {
+		return UpdateStateRunning
+	}
+	return UpdateStatePending
+}
+
+func timePtr(t metav1.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func branchOf(s *pulumiv1.Stack) string {
+	if s.Spec.Branch != "" {
+		return "branch " + s.Spec.Branch
+	}
+	return "its source"
+}
+
+func shortOf(c *Commit) string {
+	if c == nil {
+		return "nothing"
+	}
+	return c.Short
+}
+
+func shortSHA(sha string) string {
+	if len(sha) > 7 {
+		return sha[:7]
+	}
+	return sha
+}
