@@ -15,7 +15,7 @@ help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: substrate
-substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi, pulumi-language-yaml
+substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller
 	$(SUBSTRATE) all
 
 .PHONY: tools
