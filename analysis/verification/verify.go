@@ -73,8 +73,8 @@ func Verify(in Input) Result {
 	if s.DeletionTimestamp != nil {
 		return r.with(PhaseFailed, ReasonStackDeleting, "Stack %s/%s is being deleted; it will not apply %s", s.Namespace, s.Name, r.RequestedCommit.Short)
 	}
-	if s.Spec.Commit != "" && !Matches(s.Spec.Commit, q.Commit) {
-		return r.with(PhasePending, ReasonCommitNotTargeted, "the Stack targets commit %s, not %s (has Argo CD synced the change?)", shortSHA(CommitSHA(s.Spec.Commit)), r.RequestedCommit.Short)
+	if specCommit(s) != "" && !Matches(specCommit(s), q.Commit) {
+		return r.with(PhasePending, ReasonCommitNotTargeted, "the Stack targets commit %s, not %s (has Argo CD synced the change?)", shortSHA(CommitSHA(specCommit(s))), r.RequestedCommit.Short)
 	}
 	op := stackOperation(s)
 
@@ -108,7 +108,7 @@ func Verify(in Input) Result {
 	}
 
 	if st := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.StalledCondition); st != nil && st.Status == metav1.ConditionTrue && st.ObservedGeneration >= gen {
-		if st.Reason == pulumiv1.StalledUpdateFailedReason && !luAtCommit && s.Spec.Commit == "" {
+		if st.Reason == pulumiv1.StalledUpdateFailedReason && !luAtCommit && specCommit(s) == "" {
 			return r.with(PhasePending, ReasonAwaitingUpdate, "the Stack tracks %s and is stalled on another commit (%s); it has not run %s", branchOf(s), shortOf(r.ObservedCommit), r.RequestedCommit.Short)
 		}
 		if luAtCommit {
@@ -143,7 +143,7 @@ func Verify(in Input) Result {
 		return r.with(PhaseRunning, ReasonRetryingAfterFailure, "%s of %s failed (attempt %d of %d before the Stack stalls); the operator retries it at %s", op, r.ObservedCommit.Short, lu.Failures, pulumiv1.RetryStallAfter, next.Format(time.RFC3339))
 	}
 
-	if s.Spec.Commit == "" {
+	if specCommit(s) == "" {
 		return r.with(PhasePending, ReasonAwaitingUpdate, "the Stack tracks %s; its last update ran %s, not %s", branchOf(s), shortOf(r.ObservedCommit), r.RequestedCommit.Short)
 	}
 	return r.with(PhasePending, ReasonAwaitingUpdate, "the operator has not run %s of %s for generation %d yet", op, r.RequestedCommit.Short, gen)
@@ -156,7 +156,7 @@ func Summary(in Input) Result {
 	in.Query.Operation = OperationUp
 	if s != nil {
 		in.Query.Operation = stackOperation(s)
-		rev := s.Spec.Commit
+		rev := specCommit(s)
 		if cu := s.Status.CurrentUpdate; cu != nil && cu.Purpose != pulumiv1.UpdatePurposeDriftCheck {
 			rev = cu.Commit
 		} else if lu := s.Status.LastUpdate; rev == "" && lu != nil {
@@ -193,8 +193,8 @@ func stackOperation(s *pulumiv1.Stack) Operation {
 func describeStack(r *Result, s *pulumiv1.Stack) {
 	r.Stack.Generation = s.Generation
 	r.Stack.ObservedGeneration = s.Status.ObservedGeneration
-	r.Stack.Branch = s.Spec.Branch
-	r.Stack.TargetCommit = NewCommit(s.Spec.Commit)
+	r.Stack.Branch = specBranch(s)
+	r.Stack.TargetCommit = NewCommit(specCommit(s))
 	if lu := s.Status.LastUpdate; lu != nil {
 		r.Stack.LastSuccessfulCommit = NewCommit(lu.LastSuccessfulCommit)
 		r.Stack.LastAttemptedCommit = NewCommit(lu.LastAttemptedCommit)
@@ -244,8 +244,8 @@ func timePtr(t metav1.Time) *time.Time {
 }
 
 func branchOf(s *pulumiv1.Stack) string {
-	if s.Spec.Branch != "" {
-		return "branch " + s.Spec.Branch
+	if specBranch(s) != "" {
+		return "branch " + specBranch(s)
 	}
 	return "its source"
 }
@@ -262,4 +262,20 @@ func shortSHA(sha string) string {
 		return sha[:7]
 	}
 	return sha
+}
+
+// specCommit is the commit a Git-sourced Stack pins ("" for a branch, a
+// Flux source or a Program).
+func specCommit(s *pulumiv1.Stack) string {
+	if s.Spec.GitSource == nil {
+		return ""
+	}
+	return s.Spec.GitSource.Commit
+}
+
+func specBranch(s *pulumiv1.Stack) string {
+	if s.Spec.GitSource == nil {
+		return ""
+	}
+	return s.Spec.GitSource.Branch
 }

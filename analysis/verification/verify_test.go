@@ -1,0 +1,219 @@
+package verification
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+)
+
+const (
+	shaA = "aaaaaaa1111111111111111111111111111111a1"
+	shaB = "bbbbbbb2222222222222222222222222222222b2"
+)
+
+var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// stack builds a Stack at generation 3 targeting shaA, observed.
+func stack(mods ...func(*pulumiv1.Stack)) *pulumiv1.Stack {
+	s := &pulumiv1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "dev", Name: "web", Generation: 3},
+		Spec:       pulumiv1.StackSpec{GitSource: &pulumiv1.GitSource{Commit: shaA}},
+	}
+	s.Status.ObservedGeneration = 3
+	for _, m := range mods {
+		m(s)
+	}
+	return s
+}
+
+func lastUpdate(state pulumiv1.StackUpdateStateMessage, typ autov1alpha1.UpdateType, commit string, gen int64, mods ...func(*pulumiv1.StackUpdateState)) func(*pulumiv1.Stack) {
+	return func(s *pulumiv1.Stack) {
+		lu := &pulumiv1.StackUpdateState{
+			Generation: gen, Name: "web-7", Type: typ, State: state, LastAttemptedCommit: commit,
+			LastResyncTime: metav1.NewTime(now.Add(-time.Minute)), Permalink: "file:///state/web-7",
+		}
+		if state == pulumiv1.SucceededStackStateMessage {
+			lu.LastSuccessfulCommit = commit
+		} else {
+			lu.Failures = 1
+			lu.Message = "error: update failed"
+		}
+		for _, m := range mods {
+			m(lu)
+		}
+		s.Status.LastUpdate = lu
+	}
+}
+
+func current(commit string, gen int64, purpose pulumiv1.UpdatePurpose) func(*pulumiv1.Stack) {
+	return func(s *pulumiv1.Stack) {
+		s.Status.CurrentUpdate = &pulumiv1.CurrentStackUpdate{Name: "web-8", Commit: commit, Generation: gen, Number: 8, Purpose: purpose}
+	}
+}
+
+func stalled(reason string, gen int64) func(*pulumiv1.Stack) {
+	return func(s *pulumiv1.Stack) {
+		s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: pulumiv1.StalledCondition, Status: metav1.ConditionTrue, Reason: reason, Message: "the update failed 5 times in a row", ObservedGeneration: gen})
+	}
+}
+
+func branch(s *pulumiv1.Stack) { s.Spec.GitSource.Commit = ""; s.Spec.GitSource.Branch = "main" }
+func preview(s *pulumiv1.Stack) { s.Spec.Preview = true }
+func generation(g int64) func(*pulumiv1.Stack) {
+	return func(s *pulumiv1.Stack) { s.Generation = g }
+}
+
+func TestVerify(t *testing.T) {
+	up := Query{Commit: shaA[:7], Operation: OperationUp}
+	pv := Query{Commit: shaA, Operation: OperationPreview}
+	within := func(q Query, d time.Duration) Query { q.Within = d; return q }
+	failures := func(n int64) func(*pulumiv1.StackUpdateState) {
+		return func(lu *pulumiv1.StackUpdateState) { lu.Failures = n }
+	}
+	message := func(m string) func(*pulumiv1.StackUpdateState) {
+		return func(lu *pulumiv1.StackUpdateState) { lu.Message = m }
+	}
+	tests := []struct {
+		name   string
+		stack  *pulumiv1.Stack
+		q      Query
+		phase  Phase
+		reason string
+		// msg is a substring of the message.
+		msg string
+	}{
+		{"no stack yet", nil, up, PhasePending, ReasonStackNotFound, "does not exist yet"},
+		{"deleting", stack(func(s *pulumiv1.Stack) { s.DeletionTimestamp = &metav1.Time{Time: now} }), up, PhaseFailed, ReasonStackDeleting, "being deleted"},
+		{"targets another commit", stack(func(s *pulumiv1.Stack) { s.Spec.GitSource.Commit = shaB }), up, PhasePending, ReasonCommitNotTargeted, "targets commit bbbbbbb"},
+		{"generation not observed", stack(generation(4)), up, PhasePending, ReasonGenerationNotObserved, "generation 4"},
+		{"in flight for the current generation", stack(generation(4), current(shaA, 4, pulumiv1.UpdatePurposeDeploy)), up, PhaseRunning, ReasonUpdateInProgress, "up of aaaaaaa is running"},
+		{"in flight for an older generation", stack(generation(4), current(shaA, 3, pulumiv1.UpdatePurposeDeploy)), up, PhasePending, ReasonGenerationNotObserved, ""},
+		{"retry in flight counts the attempt", stack(current(shaA, 3, pulumiv1.UpdatePurposeDeploy), lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(2))), up, PhaseRunning, ReasonUpdateInProgress, "attempt 3, after 2 failures"},
+		{"remediation in flight is running", stack(current(shaA, 3, pulumiv1.UpdatePurposeRemediate), lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhaseRunning, ReasonUpdateInProgress, ""},
+		{"drift check in flight does not hide the success", stack(current(shaA, 3, pulumiv1.UpdatePurposeDriftCheck), lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhaseSucceeded, ReasonUpdateSucceeded, ""},
+		{"succeeded", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhaseSucceeded, ReasonUpdateSucceeded, "up of aaaaaaa succeeded"},
+		{"succeeded, full SHA asked", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), Query{Commit: shaA, Operation: OperationUp}, PhaseSucceeded, ReasonUpdateSucceeded, ""},
+		{"succeeded within the window", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), within(up, 5*time.Minute), PhaseSucceeded, ReasonUpdateSucceeded, ""},
+		{"succeeded outside the window", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), within(up, 30*time.Second), PhasePending, ReasonSucceededOutsideWindow, "longer ago than 30s"},
+		{"succeeded for a superseded generation", stack(generation(4), func(s *pulumiv1.Stack) { s.Status.ObservedGeneration = 4 }, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhasePending, ReasonAwaitingUpdate, "generation 4"},
+		{"succeeded at another commit", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaB, 3)), up, PhasePending, ReasonAwaitingUpdate, "has not run up of aaaaaaa"},
+		{"failed, retried", stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(2))), up, PhaseRunning, ReasonRetryingAfterFailure, "attempt 2 of 5"},
+		{"failed 5 times: stalled", stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(5)), stalled(pulumiv1.StalledUpdateFailedReason, 3)), up, PhaseFailed, ReasonStackStalled, "UpdateFailed"},
+		{"stalled on an old generation does not count", stack(generation(4), func(s *pulumiv1.Stack) { s.Status.ObservedGeneration = 4 }, stalled(pulumiv1.StalledUpdateFailedReason, 3)), up, PhasePending, ReasonAwaitingUpdate, ""},
+		{"stalled on the spec", stack(stalled(pulumiv1.StalledSpecInvalidReason, 3)), up, PhaseFailed, ReasonStackStalled, "SpecInvalid"},
+		{"expectNoChanges violated", stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, message("error: no changes were expected but changes were proposed"))), up, PhaseFailed, ReasonChangesNotExpected, ""},
+		{"policy violation", stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, message("error: preview failed: 1 mandatory policy violation"))), up, PhaseFailed, ReasonPolicyViolation, ""},
+		{"conflict, retried", stack(func(s *pulumiv1.Stack) {
+			s.Status.Conflict = &pulumiv1.StackConflict{Update: "web-9", Count: 2, Generation: 3, Revision: shaA}
+		}), up, PhaseRunning, ReasonRetryingAfterConflict, "2 in a row"},
+		{"up asked of a preview stack", stack(preview, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.PreviewType, shaA, 3)), up, PhaseFailed, ReasonOperationMismatch, "previews only"},
+		{"preview asked of an up stack", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), pv, PhaseFailed, ReasonOperationMismatch, "operation=up"},
+		{"preview succeeded", stack(preview, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.PreviewType, shaA, 3)), pv, PhaseSucceeded, ReasonUpdateSucceeded, "preview of aaaaaaa succeeded"},
+		// PKO records lastSuccessfulCommit for previews too: not an up.
+		{"lastSuccessfulCommit of a preview is no up", stack(func(s *pulumiv1.Stack) { s.Spec.Preview = false }, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.PreviewType, shaA, 3)), up, PhasePending, ReasonAwaitingUpdate, ""},
+		{"preview in flight", stack(preview, current(shaA, 3, pulumiv1.UpdatePurposeDeploy)), pv, PhaseRunning, ReasonUpdateInProgress, "preview of aaaaaaa is running"},
+		{"branch: ran the commit", stack(branch, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhaseSucceeded, ReasonUpdateSucceeded, ""},
+		{"branch: ran another commit", stack(branch, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaB, 3)), up, PhasePending, ReasonAwaitingUpdate, "tracks branch main; its last update ran bbbbbbb"},
+		{"branch: running the commit", stack(branch, current(shaA, 3, pulumiv1.UpdatePurposeDeploy), lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaB, 3)), up, PhaseRunning, ReasonUpdateInProgress, ""},
+		{"branch: stalled on another commit", stack(branch, lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaB, 3, failures(5)), stalled(pulumiv1.StalledUpdateFailedReason, 3)), up, PhasePending, ReasonAwaitingUpdate, "stalled on another commit"},
+		{"branch: stalled on the commit", stack(branch, lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(5)), stalled(pulumiv1.StalledUpdateFailedReason, 3)), up, PhaseFailed, ReasonStackStalled, ""},
+		{"flux revision", stack(func(s *pulumiv1.Stack) { s.Spec.GitSource = nil }, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, "main@sha1:"+shaA, 3)), up, PhaseSucceeded, ReasonUpdateSucceeded, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Verify(Input{Namespace: "dev", Name: "web", Stack: tt.stack, Query: tt.q, Now: now, Update: func(string) *autov1alpha1.Update { return nil }})
+			if got.Phase != tt.phase || got.Reason != tt.reason {
+				t.Fatalf("got %s/%s (%s), want %s/%s", got.Phase, got.Reason, got.Message, tt.phase, tt.reason)
+			}
+			if !strings.Contains(got.Message, tt.msg) {
+				t.Fatalf("message %q does not contain %q", got.Message, tt.msg)
+			}
+		})
+	}
+}
+
+func TestVerifyRetryTime(t *testing.T) {
+	s := stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, func(lu *pulumiv1.StackUpdateState) { lu.Failures = 3 }))
+	got := Verify(Input{Stack: s, Query: Query{Commit: shaA, Operation: OperationUp}, Now: now, Update: func(string) *autov1alpha1.Update { return nil }})
+	if got.Retry == nil || got.Retry.Attempt != 3 || got.Retry.StallsAfter != pulumiv1.RetryStallAfter {
+		t.Fatalf("retry = %+v", got.Retry)
+	}
+	// Third failure: 10s doubled twice after the failure a minute ago.
+	if want := now.Add(-time.Minute).Add(40 * time.Second); !got.Retry.NextTime.Equal(want) {
+		t.Fatalf("next retry %s, want %s", got.Retry.NextTime, want)
+	}
+}
+
+func TestVerifyDescribesTheUpdate(t *testing.T) {
+	start, end := metav1.NewTime(now.Add(-2*time.Minute)), metav1.NewTime(now.Add(-time.Minute))
+	u := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Name: "web-7"}, Spec: autov1alpha1.UpdateSpec{Type: autov1alpha1.UpType}}
+	u.Status = autov1alpha1.UpdateStatus{StartTime: start, EndTime: end, Permalink: "https://app.example/web/7", Outputs: "web-7-stack-outputs",
+		Changes: map[string]int64{"create": 2, "same": 5, "delete": 1, "replace": 1, "create-replacement": 1, "delete-replaced": 1}}
+	u.Status.Conditions = []metav1.Condition{
+		{Type: autov1alpha1.UpdateConditionTypeComplete, Status: metav1.ConditionTrue},
+		{Type: autov1alpha1.UpdateConditionTypeFailed, Status: metav1.ConditionFalse},
+	}
+	s := stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3))
+	got := Verify(Input{Namespace: "dev", Name: "web", Stack: s, Query: Query{Commit: shaA[:10], Operation: OperationUp}, Now: now,
+		Update: func(name string) *autov1alpha1.Update {
+			if name == "web-7" {
+				return u
+			}
+			return nil
+		}})
+	want := Update{Name: "web-7", Type: "up", State: UpdateStateSucceeded, Permalink: "https://app.example/web/7",
+		Changes: &Changes{Create: 2, Delete: 1, Replace: 1, Same: 5}}
+	if got.Update == nil || got.Update.Name != want.Name || got.Update.State != want.State || got.Update.Permalink != want.Permalink || *got.Update.Changes != *want.Changes {
+		t.Fatalf("update = %+v, want %+v", got.Update, want)
+	}
+	if !got.Update.StartTime.Equal(start.Time) || !got.Update.EndTime.Equal(end.Time) {
+		t.Fatalf("times %v–%v", got.Update.StartTime, got.Update.EndTime)
+	}
+	if got.ObservedCommit.SHA != shaA || got.ObservedCommit.Short != "aaaaaaa" || got.RequestedCommit.SHA != shaA[:10] {
+		t.Fatalf("commits %+v %+v", got.ObservedCommit, got.RequestedCommit)
+	}
+	if got.Stack.LastSuccessfulCommit.SHA != shaA || got.Stack.Generation != 3 || got.Stack.ObservedGeneration != 3 {
+		t.Fatalf("stack %+v", got.Stack)
+	}
+	b, _ := json.Marshal(got)
+	if strings.Contains(string(b), "outputs") {
+		t.Fatalf("the answer mentions outputs: %s", b)
+	}
+}
+
+// The Update object is gone (TTL): the Stack's record describes it.
+func TestVerifyUpdateDeleted(t *testing.T) {
+	s := stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3))
+	got := Verify(Input{Stack: s, Query: Query{Commit: shaA, Operation: OperationUp}, Now: now, Update: func(string) *autov1alpha1.Update { return nil }})
+	if got.Update == nil || got.Update.Name != "web-7" || got.Update.State != "failed" || got.Update.Changes != nil || got.Update.Permalink != "file:///state/web-7" {
+		t.Fatalf("update = %+v", got.Update)
+	}
+}
+
+func TestSummary(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		stack  *pulumiv1.Stack
+		phase  Phase
+		reason string
+	}{
+		{"missing", nil, PhasePending, ReasonStackNotFound},
+		{"never ran", stack(branch), PhasePending, ReasonAwaitingUpdate},
+		{"succeeded", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), PhaseSucceeded, ReasonUpdateSucceeded},
+		{"branch running", stack(branch, current(shaB, 3, pulumiv1.UpdatePurposeDeploy)), PhaseRunning, ReasonUpdateInProgress},
+		{"preview stack", stack(preview, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.PreviewType, shaA, 3)), PhaseSucceeded, ReasonUpdateSucceeded},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Summary(Input{Namespace: "dev", Name: "web", Stack: tt.stack, Now: now, Update: func(string) *autov1alpha1.Update { return nil }})
+			if got.Phase != tt.phase || got.Reason != tt.reason || got.RequestedCommit != nil || got.Stack.Name != "web" {
+				t.Fatalf("got %+v", got)
+			}
+		})
+	}
+}
