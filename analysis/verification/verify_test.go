@@ -63,7 +63,7 @@ func stalled(reason string, gen int64) func(*pulumiv1.Stack) {
 	}
 }
 
-func branch(s *pulumiv1.Stack) { s.Spec.GitSource.Commit = ""; s.Spec.GitSource.Branch = "main" }
+func branch(s *pulumiv1.Stack)  { s.Spec.GitSource.Commit = ""; s.Spec.GitSource.Branch = "main" }
 func preview(s *pulumiv1.Stack) { s.Spec.Preview = true }
 func generation(g int64) func(*pulumiv1.Stack) {
 	return func(s *pulumiv1.Stack) { s.Generation = g }
