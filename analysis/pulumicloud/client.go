@@ -109,6 +109,8 @@ type entry struct {
 type call struct {
 	done chan struct{}
 	out  outcome
+	// joined counts the callers that found the request in flight.
+	joined int
 }
 
 // New returns a Client.
@@ -278,6 +280,8 @@ func (c *Client) get(ctx context.Context, k cacheKey) outcome {
 		cl = &call{done: make(chan struct{})}
 		c.inflight[k] = cl
 		go c.run(context.WithoutCancel(ctx), k, cl)
+	} else {
+		cl.joined++
 	}
 	c.mu.Unlock()
 	select {
