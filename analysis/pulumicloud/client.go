@@ -62,8 +62,10 @@ type Options struct {
 	// timeout and 5 s dial and TLS handshake timeouts.
 	HTTPClient *http.Client
 	// CacheTTL is how long an answer of the API (a list, or an error) is
-	// reused for the same stack and operation, default 10 s. Negative
-	// disables the cache (in-flight requests are still shared).
+	// reused for the same stack and operation, default 10 s; a 429 is
+	// reused for as long as its Retry-After asks (at most 5 min). Negative
+	// disables the cache but for that 429 rule (in-flight requests are
+	// still shared).
 	CacheTTL time.Duration
 	// CacheSize bounds the cache, default 1,000 entries; the oldest entry
 	// is evicted first.

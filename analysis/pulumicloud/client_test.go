@@ -429,7 +429,7 @@ func TestAPITrouble(t *testing.T) {
 		{name: "502", fault: &cloudtest.Fault{Status: 502}, reason: verification.ReasonCloudUnavailable, message: []string{"502"}},
 		{name: "503", fault: &cloudtest.Fault{Status: 503}, reason: verification.ReasonCloudUnavailable, message: []string{"503"}},
 		{name: "unexpected 4xx", fault: &cloudtest.Fault{Status: 409}, reason: verification.ReasonCloudUnavailable, message: []string{"409"}},
-		{name: "connection dropped", fault: &cloudtest.Fault{Drop: true}, reason: verification.ReasonCloudUnavailable, message: []string{"could not be reached"}},
+		{name: "connection dropped", fault: &cloudtest.Fault{Drop: true, Count: 2}, reason: verification.ReasonCloudUnavailable, message: []string{"could not be reached"}},
 	}
 	for _, c := range cases {
 		for _, op := range []verification.Operation{verification.OperationUp, verification.OperationPreview} {

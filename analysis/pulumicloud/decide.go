@@ -89,9 +89,10 @@ func (c *Client) decide(r *verification.Result, k cacheKey, ups []update, q veri
 	}
 	if match == nil {
 		r.Phase, r.Reason = verification.PhasePending, verification.ReasonAwaitingUpdate
-		where := fmt.Sprintf("the last %d updates of %s", c.pageSize, stack)
+		// ups is the page read: at most PageSize of the latest.
+		where := fmt.Sprintf("the last %d updates of %s", len(ups), stack)
 		if k.preview {
-			where = fmt.Sprintf("the last %d previews of %s since its latest update", c.pageSize, stack)
+			where = fmt.Sprintf("the last %d previews of %s since its latest update", len(ups), stack)
 		}
 		if len(ofKind) == 0 {
 			if k.preview {

@@ -80,6 +80,8 @@ type Fault struct {
 	// RetryAfter is sent as the Retry-After header when not empty.
 	RetryAfter string
 	// Drop closes the connection without answering (a network error).
+	// net/http retries an idempotent request once when a reused
+	// connection closes: give Count 2 when the client may reuse one.
 	Drop bool
 	// Count is how many requests get the fault; 0 means 1.
 	Count int
