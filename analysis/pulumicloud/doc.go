@@ -25,9 +25,15 @@
 //     GET /api/stacks/{organization}/{project}/{stack}/updates/latest/previews?asc=false&pageSize=N&page=1
 //     ("all previews since the last update operation"; same response
 //     shape; asc, page and pageSize are in the API's OpenAPI description).
-//     Previews are not in the update list, and previews run before the
-//     stack's latest update are not in this one: a preview verification of
-//     a commit previewed before a later update answers Pending.
+//     The documented update list is the stack's history (its example holds
+//     updates only) and previews have this route of their own; the client
+//     filters by kind on both lists anyway, so an up never answers for a
+//     preview nor the reverse whatever a list holds. Previews run before
+//     the stack's latest update are not in this list: a preview
+//     verification of a commit previewed before a later update answers
+//     Pending.
+//   - Get Latest Update (updates/latest) is not used: it returns one
+//     update of any kind, which the first page of the list already holds.
 //   - Of an UpdateInfo it reads updateID, version and info; of info
 //     (AppUpdateInfo) it reads kind (update, preview, Pupdate, refresh,
 //     destroy…), result (not-started, in-progress, succeeded, failed),
@@ -50,13 +56,19 @@
 // Of the listed operations of the requested kind (up: kind update;
 // preview: kind preview or Pupdate — never one for the other) whose
 // git.head matches the requested commit (verification.Matches: a prefix,
-// so abbreviated commits work), the newest decides: succeeded is Succeeded
-// (Pending SucceededOutsideWindow when Within is set and endTime is older),
-// not-started and in-progress are Running, failed is Failed (UpdateFailed).
-// None for the commit is Pending AwaitingUpdate, naming the latest one's
-// commit. 429, 5xx, network errors and undecodable answers are Pending
-// CloudUnavailable (never Failed); 401 and 403 are Pending
-// CloudUnauthorized; 404 is Pending StackNotFound.
+// so abbreviated commits work), the newest decides — the highest version
+// for updates; for previews, which share the version they ran against, the
+// latest startTime — so a failure followed by a newer run of the same
+// commit answers as that run: succeeded is Succeeded (Pending
+// SucceededOutsideWindow when Within is set and endTime is older),
+// not-started and in-progress are Running, failed is Failed
+// (UpdateFailed). None for the commit is Pending AwaitingUpdate, naming the
+// latest one's commit. A result the API does not document is Pending
+// CloudUnavailable. 429, 5xx, other unexpected statuses, network errors and
+// undecodable answers are Pending CloudUnavailable (never Failed); 401 and
+// 403, and a token that cannot be read, are Pending CloudUnauthorized; 404
+// is Pending StackNotFound. Update.Name is the version for an update and
+// the updateID for a preview.
 //
 // Answers are cached per stack and route for Options.CacheTTL (errors too,
 // and a 429 for as long as its Retry-After asks, at most five minutes), in a
