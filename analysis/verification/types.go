@@ -31,6 +31,9 @@ const (
 	ReasonAwaitingUpdate         = "AwaitingUpdate"
 	ReasonSucceededOutsideWindow = "SucceededOutsideWindow"
 	ReasonCloudUnavailable       = "CloudUnavailable"
+	// ReasonCloudUnauthorized: Pulumi Cloud refused the access token (401
+	// or 403), or no token could be read; the message says which.
+	ReasonCloudUnauthorized = "CloudUnauthorized"
 	// Running
 	ReasonUpdateInProgress      = "UpdateInProgress"
 	ReasonRetryingAfterFailure  = "RetryingAfterFailure"
