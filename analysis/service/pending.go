@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,8 +11,4 @@ import (
 // Replaced when the auth and pulumicloud packages land.
 func newKubeGuard(Options, prometheus.Registerer) (server.Guard, error) {
 	return nil, errors.New("--auth=kube is not available yet")
-}
-
-func newPulumiCloud(context.Context, Options) (server.Cloud, error) {
-	return nil, errors.New("Pulumi Cloud mode is not available yet")
 }
