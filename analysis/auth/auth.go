@@ -176,9 +176,9 @@ func BearerToken(r *http.Request) (string, error) {
 		return "", &UnauthenticatedError{Kind: Malformed,
 			msg: "more than one Authorization header: send exactly one, `Authorization: Bearer <token>`"}
 	}
-	scheme, token, ok := strings.Cut(strings.TrimSpace(hs[0]), " ")
+	scheme, token, _ := strings.Cut(strings.TrimSpace(hs[0]), " ")
 	token = strings.TrimSpace(token)
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
+	if !strings.EqualFold(scheme, "Bearer") {
 		return "", &UnauthenticatedError{Kind: Malformed,
 			msg: "malformed Authorization header: expected `Bearer <token>` with a Kubernetes ServiceAccount token"}
 	}
