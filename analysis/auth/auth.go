@@ -256,7 +256,7 @@ func (a *Authorizer) Authenticate(ctx context.Context, token string) (User, erro
 			msg += ": " + ans.detail
 		}
 		if len(a.audiences) > 0 {
-			msg += fmt.Sprintf(" (request the token for audience %q)", a.audiences[0])
+			msg += fmt.Sprintf(" (this service accepts tokens for the audiences %q)", a.audiences)
 		}
 		return User{}, &UnauthenticatedError{Kind: Rejected, Detail: ans.detail, msg: msg}
 	}

@@ -549,7 +549,7 @@ func TestAudiences(t *testing.T) {
 	f.audiences = []string{"https://kubernetes.default.svc"}
 	_, err := a.Authenticate(ctx, goodToken)
 	var ue *UnauthenticatedError
-	if !errors.As(err, &ue) || ue.Kind != Rejected || !strings.Contains(err.Error(), `audience "stackflow-analysis"`) {
+	if !errors.As(err, &ue) || ue.Kind != Rejected || !strings.Contains(err.Error(), `accepts tokens for the audiences ["stackflow-analysis"]`) {
 		t.Fatalf("err = %v", err)
 	}
 	if got := f.tokenReqs[0].Audiences; !cmp.Equal(got, []string{"stackflow-analysis"}) {
