@@ -1,0 +1,33 @@
+package service
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/stackflow-io/stackflow/analysis/auth"
+	"github.com/stackflow-io/stackflow/analysis/server"
+)
+
+// kubeGuard is --auth=kube: the bearer token is checked with TokenReview,
+// access with SubjectAccessReview, both cached for --auth-cache-ttl.
+type kubeGuard struct{ a *auth.Authorizer }
+
+func newKubeGuard(o Options, reg prometheus.Registerer) (server.Guard, error) {
+	cs, err := kubernetes.NewForConfig(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	return kubeGuard{a: auth.New(auth.Options{Client: cs, TTL: o.AuthCacheTTL, Registerer: reg})}, nil
+}
+
+func (g kubeGuard) Stack(r *http.Request, namespace, name string) error {
+	_, err := g.a.Check(r, auth.StackTarget(namespace, name))
+	return err
+}
+
+func (g kubeGuard) Path(r *http.Request, path string) error {
+	_, err := g.a.Check(r, auth.PathTarget(path))
+	return err
+}
