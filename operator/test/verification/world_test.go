@@ -1,0 +1,292 @@
+package verification
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rolloutsv1alpha1 "github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/stackflow-io/stackflow/analysis/service"
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
+)
+
+var (
+	cp *substrate.ControlPlane
+	// bin holds the agent built for this run.
+	bin string
+	// rolloutsDir holds rollouts-controller and its CRDs (make substrate).
+	rolloutsDir string
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	rolloutsDir = os.Getenv("STACKFLOW_ROLLOUTS")
+	if rolloutsDir == "" {
+		fmt.Fprintln(os.Stderr, "STACKFLOW_ROLLOUTS is not set: run through `make test`, or eval \"$(./hack/substrate.sh env)\" after `make substrate`")
+		return 1
+	}
+	if _, err := os.Stat(filepath.Join(rolloutsDir, "rollouts-controller")); err != nil {
+		fmt.Fprintf(os.Stderr, "rollouts-controller not built (%v): run `make substrate`\n", err)
+		return 1
+	}
+	var err error
+	if bin, err = os.MkdirTemp("", "stackflow-verification-bin-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(bin)
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "agent"), "./operator/cmd/agent")
+	build.Dir = substrate.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
+		return 1
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	if cp, err = substrate.StartControlPlane(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cp.Stop()
+	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{Paths: []string{filepath.Join(rolloutsDir, "crds")}, ErrorIfPathMissing: true}); err != nil {
+		fmt.Fprintf(os.Stderr, "install Argo Rollouts CRDs: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// scheme adds Argo Rollouts' types to the test client's.
+func scheme() *runtime.Scheme {
+	s := substrate.Scheme()
+	if err := rolloutsv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// world is one test's running system.
+type world struct {
+	ns     string
+	c      client.Client
+	pe     *substrate.Pulumi
+	url    string // the analysis service
+	token  string // a ServiceAccount token allowed to read the namespace's Stacks
+	denied string // a ServiceAccount token allowed nothing
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{ns: cp.Namespace(t), c: c, pe: substrate.NewPulumi(t)}
+	w.startOperator(t)
+	w.url = startAnalysis(t)
+	w.token, w.denied = w.tokens(t)
+	startRollouts(t)
+	return w
+}
+
+func (w *world) startOperator(t *testing.T) {
+	t.Helper()
+	root := t.TempDir()
+	t.Cleanup(func() { local.StopAll(root) })
+	opts := operator.Options{
+		Runtime: operator.RuntimeLocal, LocalRoot: root, AgentBinary: filepath.Join(bin, "agent"),
+		PulumiRoot: w.pe.Paths.PulumiRoot, AgentEnv: w.pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
+		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{w.ns},
+	}
+	skip := true
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: operator.CacheOptions(opts.WatchNamespaces), Controller: config.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := operator.Setup(mgr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("operator: %v", err)
+		}
+		op.Close()
+	})
+}
+
+// startAnalysis runs the analysis service in this process, with Kubernetes
+// authentication, and returns its URL once its caches have synced.
+func startAnalysis(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, service.Options{
+			Auth: service.AuthKube, AuthCacheTTL: 10 * time.Second, Config: cp.Config, Listener: ln,
+			Log: ctrl.Log.WithName("analysis"), Ready: ready,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("analysis service: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("analysis service: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("analysis service caches not synced in a minute")
+	}
+	return "http://" + ln.Addr().String()
+}
+
+// tokens makes two ServiceAccounts and real tokens for them: "verifier",
+// bound to get stacks in the namespace (as analysis/config/kargo-project
+// does), and "stranger", bound to nothing. The verifier's token is also
+// stored where the templates read it by default (Secret
+// stackflow-verifier-token, key token).
+func (w *world) tokens(t *testing.T) (allowed, denied string) {
+	t.Helper()
+	ctx := context.Background()
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "stack-verifier"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"pulumi.com"}, Resources: []string{"stacks"}, Verbs: []string{"get"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "stack-verifier"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "stack-verifier"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "verifier", Namespace: w.ns}}}
+	for _, o := range []client.Object{role, binding,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "verifier"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "stranger"}}} {
+		if err := w.c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token := func(sa string) string {
+		tr, err := cs.CoreV1().ServiceAccounts(w.ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("token for %s: %v", sa, err)
+		}
+		return tr.Status.Token
+	}
+	allowed, denied = token("verifier"), token("stranger")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "stackflow-verifier-token"}, StringData: map[string]string{"token": allowed}}
+	if err := w.c.Create(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	return allowed, denied
+}
+
+// startRollouts runs the real Argo Rollouts controller (its analysis
+// controller) against the control plane until the test ends.
+func startRollouts(t *testing.T) {
+	t.Helper()
+	user, err := cp.Env.AddUser(envtest.User{Name: "argo-rollouts", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, filepath.Join(rolloutsDir, "rollouts-controller"),
+		"--kubeconfig", kubeconfig, "--controllers", "analysis", "--leader-elect=false",
+		"--healthzPort", ports[0], "--metricsPort", ports[1], "--loglevel", "info")
+	logFile, err := os.Create(filepath.Join(dir, "rollouts-controller.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			lines := strings.Split(string(b), "\n")
+			if len(lines) > 80 {
+				lines = lines[len(lines)-80:]
+			}
+			t.Logf("rollouts-controller log (last lines):\n%s", strings.Join(lines, "\n"))
+		}
+	})
+}
+
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var ports []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+// eventually polls cond until it returns true or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+}
