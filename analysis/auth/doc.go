@@ -9,10 +9,14 @@
 // server maps to 401, 403 and 503 (errors.go), and a Prometheus collector of
 // the cache counts (metrics.go).
 //
-// It imports the Kubernetes API types, client-go's kubernetes.Interface and the
-// Prometheus client only; it holds no HTTP handlers (the server wires Check into
-// its own) and no other Stackflow package. Its tests run against a fake
-// clientset and against a real kube-apiserver (operator/test/substrate).
+// It may import the standard library, k8s.io/api (authentication/v1,
+// authorization/v1), k8s.io/apimachinery, client-go's kubernetes.Interface and
+// the Prometheus client, and no other Stackflow package; it holds no HTTP
+// handler (the server calls Check from its own and writes the status the error
+// means, see StatusCode). Its tests may also import client-go's fake clientset
+// and operator/test/substrate: they run against a fake clientset (caching,
+// clock, errors) and against a real kube-apiserver with real ServiceAccount
+// tokens and RBAC.
 //
 // Neither a token nor its text in clear appears in a cache key or an error
 // message: tokens are keyed by their SHA-256.
