@@ -43,7 +43,8 @@ var (
 //  2. a Stack being deleted: Failed;
 //  3. a pinned Stack (spec.commit) whose commit is another: Pending;
 //  4. an update in flight for the current generation at the commit:
-//     Running;
+//     Running (Failed when it retries, at the backoff cap, an update that
+//     already failed RetryStallAfter times);
 //  5. a generation not yet processed: Pending;
 //  6. a Stack that runs the other operation (spec.preview): Failed;
 //  7. a Stack Stalled at its current generation: Failed (but Pending when
@@ -51,8 +52,8 @@ var (
 //  8. a conflict with another run, retried: Running;
 //  9. the last update, for the current generation at the commit and of the
 //     requested operation: Succeeded (within Query.Within), Failed
-//     (expectNoChanges or policy violations), or Running (retried, with the
-//     attempt and when);
+//     (expectNoChanges, policy violations, or RetryStallAfter failures), or
+//     Running (retried, with the attempt and when);
 //  10. otherwise Pending: the operator has not run the commit yet.
 //
 // A preview never satisfies an up verification, nor an up a preview one.
@@ -84,6 +85,12 @@ func Verify(in Input) Result {
 		attempt := int64(1)
 		if lu := s.Status.LastUpdate; lu != nil && lu.State == pulumiv1.FailedStackStateMessage && lu.Generation == gen && Matches(lu.LastAttemptedCommit, q.Commit) {
 			attempt = lu.Failures + 1
+			if lu.Failures >= pulumiv1.RetryStallAfter {
+				// Past the stall threshold the operator still retries, at
+				// the backoff cap, in case an outage heals; the verdict on
+				// this commit stands.
+				return r.with(PhaseFailed, ReasonStackStalled, "%s of %s failed %d times in a row, so the Stack is stalled; a retry at the backoff cap is running", op, r.ObservedCommit.Short, lu.Failures)
+			}
 		}
 		if attempt > 1 {
 			return r.with(PhaseRunning, ReasonUpdateInProgress, "%s of %s is running (attempt %d, after %d failures)", op, r.ObservedCommit.Short, attempt, attempt-1)
@@ -91,7 +98,13 @@ func Verify(in Input) Result {
 		return r.with(PhaseRunning, ReasonUpdateInProgress, "%s of %s is running", op, r.ObservedCommit.Short)
 	}
 
-	if s.Status.ObservedGeneration < gen {
+	// The operator sets observedGeneration once the Stack is Ready or
+	// Stalled; a failed update that is retried, or a conflict, for the
+	// current generation shows it processed the generation too.
+	lu := s.Status.LastUpdate
+	processed := s.Status.ObservedGeneration >= gen || lu != nil && lu.Generation == gen ||
+		s.Status.Conflict != nil && s.Status.Conflict.Generation == gen
+	if !processed {
 		return r.with(PhasePending, ReasonGenerationNotObserved, "the operator has not processed generation %d of the Stack yet (observed: %d)", gen, s.Status.ObservedGeneration)
 	}
 	if op != q.Operation {
@@ -101,7 +114,6 @@ func Verify(in Input) Result {
 		return r.with(PhaseFailed, ReasonOperationMismatch, "the Stack applies its program (spec.preview is not set): it runs no preview of %s; verify with operation=up, or set spec.preview: true", r.RequestedCommit.Short)
 	}
 
-	lu := s.Status.LastUpdate
 	luAtCommit := lu != nil && lu.Generation == gen && Matches(lu.LastAttemptedCommit, q.Commit) && Operation(lu.Type) == q.Operation
 	if lu != nil {
 		r.ObservedCommit = NewCommit(lu.LastAttemptedCommit)
@@ -136,6 +148,9 @@ func Verify(in Input) Result {
 			return r.with(PhaseFailed, ReasonChangesNotExpected, "%s of %s ran with expectNoChanges and found changes", op, r.ObservedCommit.Short)
 		case policyViolation.MatchString(lu.Message):
 			return r.with(PhaseFailed, ReasonPolicyViolation, "%s of %s violated a mandatory policy", op, r.ObservedCommit.Short)
+		}
+		if lu.Failures >= pulumiv1.RetryStallAfter {
+			return r.with(PhaseFailed, ReasonStackStalled, "%s of %s failed %d times in a row, so the Stack is stalled", op, r.ObservedCommit.Short, lu.Failures)
 		}
 		next, _ := s.NextRetryTime()
 		next = next.UTC()

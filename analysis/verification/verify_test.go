@@ -104,7 +104,15 @@ func TestVerify(t *testing.T) {
 		{"succeeded for a superseded generation", stack(generation(4), func(s *pulumiv1.Stack) { s.Status.ObservedGeneration = 4 }, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhasePending, ReasonAwaitingUpdate, "generation 4"},
 		{"succeeded at another commit", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaB, 3)), up, PhasePending, ReasonAwaitingUpdate, "has not run up of aaaaaaa"},
 		{"failed, retried", stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(2))), up, PhaseRunning, ReasonRetryingAfterFailure, "attempt 2 of 5"},
+		// observedGeneration is set when Ready or Stalled only.
+		{"failed, retried, generation not yet marked observed", stack(func(s *pulumiv1.Stack) { s.Status.ObservedGeneration = 0 }, lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhaseRunning, ReasonRetryingAfterFailure, "attempt 1 of 5"},
+		{"conflict before the first result", stack(func(s *pulumiv1.Stack) {
+			s.Status.ObservedGeneration = 0
+			s.Status.Conflict = &pulumiv1.StackConflict{Update: "web-1", Count: 1, Generation: 3, Revision: shaA}
+		}), up, PhaseRunning, ReasonRetryingAfterConflict, ""},
 		{"failed 5 times: stalled", stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(5)), stalled(pulumiv1.StalledUpdateFailedReason, 3)), up, PhaseFailed, ReasonStackStalled, "UpdateFailed"},
+		{"retry at the cap after the stall", stack(current(shaA, 3, pulumiv1.UpdatePurposeDeploy), lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(6))), up, PhaseFailed, ReasonStackStalled, "retry at the backoff cap is running"},
+		{"failed 5 times, Stalled condition not written yet", stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(5))), up, PhaseFailed, ReasonStackStalled, "failed 5 times"},
 		{"stalled on an old generation does not count", stack(generation(4), func(s *pulumiv1.Stack) { s.Status.ObservedGeneration = 4 }, stalled(pulumiv1.StalledUpdateFailedReason, 3)), up, PhasePending, ReasonAwaitingUpdate, ""},
 		{"stalled on the spec", stack(stalled(pulumiv1.StalledSpecInvalidReason, 3)), up, PhaseFailed, ReasonStackStalled, "SpecInvalid"},
 		{"expectNoChanges violated", stack(lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, message("error: no changes were expected but changes were proposed"))), up, PhaseFailed, ReasonChangesNotExpected, ""},

@@ -1,16 +1,24 @@
 package verification
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/argoproj/argo-rollouts/metricproviders/webmetric"
 	rolloutsv1alpha1 "github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	analysisutil "github.com/argoproj/argo-rollouts/utils/analysis"
 	log "github.com/sirupsen/logrus"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	analysisconfig "github.com/stackflow-io/stackflow/analysis/config"
+	"github.com/stackflow-io/stackflow/analysis/pulumicloud/cloudtest"
+	"github.com/stackflow-io/stackflow/analysis/verification"
 )
 
 // metricsInProcess runs each template's metrics with Argo Rollouts' own web
@@ -132,5 +140,48 @@ func (w *world) authentication(t *testing.T, sha string) {
 		if tt.token != "" && strings.Contains(string(body), tt.token) {
 			t.Errorf("%s: the answer holds the token", tt.name)
 		}
+	}
+}
+
+// pulumiCloud: the /v1/pulumi route answers from the (faithful) Pulumi Cloud
+// with the token read from its Secret, once the caller may get the
+// non-resource path; the Pulumi token never shows.
+func (w *world) pulumiCloud(t *testing.T, sha string) {
+	ctx := context.Background()
+	now := time.Now().Unix()
+	w.cloud.AddUpdate("acme", "web", "prod", cloudtest.Update{Kind: cloudtest.KindUpdate, Result: cloudtest.ResultSucceeded, StartTime: now - 60, EndTime: now - 30,
+		Environment: map[string]string{"git.head": sha}, ResourceChanges: map[string]int{"create": 2, "same": 1}})
+	path := "/v1/pulumi/acme/web/prod/verification?commit=" + sha + "&operation=up"
+	if code, body := w.request(t, w.token, path); code != http.StatusForbidden || !strings.Contains(string(body), "/v1/pulumi/acme/web/prod") {
+		t.Fatalf("without the non-resource grant: HTTP %d %s", code, body)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{GenerateName: "pulumi-cloud-verifier-"},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/v1/pulumi/*"}, Verbs: []string{"get"}}}}
+	if err := w.c.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{GenerateName: "pulumi-cloud-verifier-"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "verifier", Namespace: w.ns}}}
+	if err := w.c.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.c.Delete(ctx, binding); _ = w.c.Delete(ctx, role) })
+	// The denial is cached for a few seconds.
+	var body []byte
+	eventually(t, 30*time.Second, "the grant to take effect", func() (bool, error) {
+		var code int
+		code, body = w.request(t, w.token, path)
+		return code == http.StatusOK, fmt.Errorf("HTTP %d %s", code, body)
+	})
+	var r verification.Result
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Phase != verification.PhaseSucceeded || r.Stack.Organization != "acme" || r.Update == nil || r.Update.Changes == nil || r.Update.Changes.Create != 2 {
+		t.Fatalf("answer %s", body)
+	}
+	if strings.Contains(string(body), cloudToken) {
+		t.Fatal("the answer holds the Pulumi access token")
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/stackflow-io/stackflow/analysis/pulumicloud/cloudtest"
 	"github.com/stackflow-io/stackflow/analysis/service"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
@@ -93,7 +94,13 @@ type world struct {
 	url    string // the analysis service
 	token  string // a ServiceAccount token allowed to read the namespace's Stacks
 	denied string // a ServiceAccount token allowed nothing
+	// cloud is the faithful Pulumi Cloud the service's /v1/pulumi routes
+	// ask, with the access token stored in a Secret.
+	cloud *cloudtest.Server
 }
+
+// cloudToken is the Pulumi access token the fake Pulumi Cloud accepts.
+const cloudToken = "pul-0123456789abcdef0123456789abcdef01234567"
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
@@ -103,7 +110,12 @@ func newWorld(t *testing.T) *world {
 	}
 	w := &world{ns: cp.Namespace(t), c: c, pe: substrate.NewPulumi(t)}
 	w.startOperator(t)
-	w.url = startAnalysis(t)
+	w.cloud = cloudtest.NewTB(t, cloudToken)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "pulumi-cloud"}, StringData: map[string]string{service.PulumiCloudTokenKey: cloudToken}}
+	if err := c.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	w.url = startAnalysis(t, service.Options{PulumiCloudTokenSecret: w.ns + "/pulumi-cloud", PulumiCloudURL: w.cloud.URL, PulumiCloudCacheTTL: time.Second})
 	w.token, w.denied = w.tokens(t)
 	startRollouts(t)
 	return w
@@ -144,7 +156,7 @@ func (w *world) startOperator(t *testing.T) {
 
 // startAnalysis runs the analysis service in this process, with Kubernetes
 // authentication, and returns its URL once its caches have synced.
-func startAnalysis(t *testing.T) string {
+func startAnalysis(t *testing.T, o service.Options) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -154,10 +166,8 @@ func startAnalysis(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- service.Run(ctx, service.Options{
-			Auth: service.AuthKube, AuthCacheTTL: 10 * time.Second, Config: cp.Config, Listener: ln,
-			Log: ctrl.Log.WithName("analysis"), Ready: ready,
-		})
+		o.Auth, o.AuthCacheTTL, o.Config, o.Listener, o.Log, o.Ready = service.AuthKube, 10*time.Second, cp.Config, ln, ctrl.Log.WithName("analysis"), ready
+		done <- service.Run(ctx, o)
 	}()
 	t.Cleanup(func() {
 		cancel()
