@@ -289,3 +289,9 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func httptestServer(t *testing.T, o Options) string {
+	srv := httptest.NewServer(New(o))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
