@@ -27,6 +27,7 @@ tools: ## Build the code generators (controller-gen, buf, protoc-gen-go, protoc-
 generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace blocks
 	./hack/kube-staging-replace.sh .
 	./hack/gen-tools-kube.sh
+	./hack/gen-tools-rollouts.sh
 	$(CONTROLLER_GEN) object paths=./operator/api/...
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
