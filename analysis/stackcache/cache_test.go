@@ -1,0 +1,128 @@
+package stackcache
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
+)
+
+// TestCache: Stacks and Updates are served from the informers, stripped of
+// configuration and secrets, and a change of a Stack or of one of its
+// Updates wakes the Stack's waiters.
+func TestCache(t *testing.T) {
+	cp := substrate.StartControlPlaneT(t)
+	ns := cp.Namespace(t)
+	c, err := New(cp.Config, Options{Namespaces: []string{ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !c.WaitForSync(ctx) || !c.Synced() {
+		t.Fatal("not synced")
+	}
+	key := types.NamespacedName{Namespace: ns, Name: "web"}
+	changed := c.Changed(key)
+	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: pulumiv1.StackSpec{
+		Stack: "web", GitSource: &pulumiv1.GitSource{ProjectRepo: "https://example.com/r.git", Commit: "0123456789abcdef0123456789abcdef01234567"},
+		Config: map[string]apiextensionsv1.JSON{"password": {Raw: []byte(`"hunter2"`)}}, Secrets: map[string]string{"token": "s3cret"}}}
+	if err := cp.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, changed, "the Stack's creation")
+	var got *pulumiv1.Stack
+	eventuallyTrue(t, func() bool { got, _ = c.Stack(ctx, key); return got != nil })
+	if got.Spec.Config != nil || got.Spec.Secrets != nil || got.ManagedFields != nil {
+		t.Fatalf("the cached Stack keeps configuration or secrets: %+v", got.Spec)
+	}
+	if got.Spec.GitSource == nil || got.Spec.GitSource.Commit != s.Spec.GitSource.Commit {
+		t.Fatalf("the cached Stack lost its commit: %+v", got.Spec.GitSource)
+	}
+
+	changed = c.Changed(key)
+	u := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-1", Labels: map[string]string{StackNameLabel: "web"}},
+		Spec: autov1alpha1.UpdateSpec{WorkspaceName: "web", StackName: "web", Type: autov1alpha1.UpType}}
+	if err := cp.Client.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, changed, "the Update's creation")
+	eventuallyTrue(t, func() bool { return c.Update(ctx, types.NamespacedName{Namespace: ns, Name: "web-1"}) != nil })
+
+	// Another Stack's Update does not wake this Stack's waiters: the
+	// channel is still open once the other key's channel has fired.
+	changed = c.Changed(key)
+	otherKey := types.NamespacedName{Namespace: ns, Name: "other"}
+	otherChanged := c.Changed(otherKey)
+	other := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-1", Labels: map[string]string{StackNameLabel: "other"}},
+		Spec: autov1alpha1.UpdateSpec{WorkspaceName: "other", StackName: "other", Type: autov1alpha1.UpType}}
+	if err := cp.Client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, otherChanged, "the other Update's creation")
+	select {
+	case <-changed:
+		t.Fatal("another Stack's Update woke this Stack's waiters")
+	default:
+	}
+	if s, _ := c.Stack(ctx, types.NamespacedName{Namespace: ns, Name: "missing"}); s != nil {
+		t.Fatal("a missing Stack was found")
+	}
+}
+
+func wait(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no notification for %s", what)
+	}
+}
+
+func eventuallyTrue(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestNotifier(t *testing.T) {
+	n := NewNotifier()
+	a, b := types.NamespacedName{Name: "a"}, types.NamespacedName{Name: "b"}
+	ca, cb := n.Changed(a), n.Changed(b)
+	if ca != n.Changed(a) {
+		t.Fatal("two waiters on a key get different channels")
+	}
+	n.Notify(a)
+	select {
+	case <-ca:
+	default:
+		t.Fatal("a not woken")
+	}
+	select {
+	case <-cb:
+		t.Fatal("b woken")
+	default:
+	}
+	if n.Waiting() != 1 {
+		t.Fatalf("waiting = %d", n.Waiting())
+	}
+	n.Notify(types.NamespacedName{Name: "nobody"}) // no waiter: nothing kept
+	if n.Waiting() != 1 {
+		t.Fatalf("waiting = %d after notifying a key nobody waits on", n.Waiting())
+	}
+}
