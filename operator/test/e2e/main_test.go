@@ -123,17 +123,7 @@ func startOperatorWith(t testing.TB, opts operator.Options) (op *operator.Operat
 // eventually polls cond until it returns true or the timeout passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		lastErr = err
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+	substrate.Eventually(t, timeout, what, cond)
 }
 
 func get(t testing.TB, obj client.Object) error {
