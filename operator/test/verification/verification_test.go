@@ -6,22 +6,23 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	rolloutsv1alpha1 "github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
 	analysisutil "github.com/argoproj/argo-rollouts/utils/analysis"
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	analysisconfig "github.com/stackflow-io/stackflow/analysis/config"
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/operator/test/provider"
 )
 
 // program is a Pulumi YAML program with one test-provider Record; failOn
@@ -63,8 +64,8 @@ type scenario struct {
 
 // TestAnalysisRunsFollowStacks: the shipped templates, run by the real Argo
 // Rollouts controller against the analysis service, end Successful within
-// an interval of the update succeeding (also after a failure that is
-// retried), Failed within an interval of a terminal failure, and Failed at
+// an interval of the update succeeding (also when the operator's backoff
+// retry of a failed update succeeds), Failed within an interval of a terminal failure, and Failed at
 // the deadline when the Stack never gets there; a preview verifies with the
 // preview template.
 func TestAnalysisRunsFollowStacks(t *testing.T) {
@@ -74,8 +75,11 @@ func TestAnalysisRunsFollowStacks(t *testing.T) {
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})
 	other := strings.Repeat("e", 40)
 
-	knobs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "knobs"}, Data: map[string]string{"failOn": "create"}}
-	if err := w.c.Create(ctx, knobs); err != nil {
+	// The retried Stack's provider writes its record under a path whose
+	// parent is a file: the update fails until the test removes the file,
+	// and the operator's backoff retry (same commit, same inputs) succeeds.
+	blocker := filepath.Join(t.TempDir(), "blocker")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	stack := func(name string, mod func(*pulumiv1.StackSpec)) *pulumiv1.Stack {
@@ -89,7 +93,7 @@ func TestAnalysisRunsFollowStacks(t *testing.T) {
 	scenarios := []*scenario{
 		{name: "applied", template: analysisconfig.AppliedTemplate, stack: stack("applied", nil), commit: sha[:12], want: rolloutsv1alpha1.AnalysisPhaseSuccessful},
 		{name: "retried", template: analysisconfig.AppliedTemplate, stack: stack("retried", func(s *pulumiv1.StackSpec) {
-			s.ConfigRef = map[string]pulumiv1.ConfigMapRef{"failOn": {Name: "knobs", Key: "failOn"}}
+			s.Config = map[string]apiextensionsv1.JSON{provider.Name + ":dir": raw(filepath.Join(blocker, "records"))}
 		}), commit: sha, want: rolloutsv1alpha1.AnalysisPhaseSuccessful},
 		{name: "stalled", template: analysisconfig.AppliedTemplate, stack: stack("stalled", func(s *pulumiv1.StackSpec) {
 			s.Config = map[string]apiextensionsv1.JSON{"failOn": raw("create")}
@@ -123,6 +127,7 @@ func TestAnalysisRunsFollowStacks(t *testing.T) {
 	waitStack(t, w, retried.stack, 3*time.Minute, "failed once", func(s *pulumiv1.Stack) bool {
 		return s.Status.LastUpdate != nil && s.Status.LastUpdate.State == pulumiv1.FailedStackStateMessage
 	})
+	failedUpdate := retried.stack.Status.LastUpdate.Name
 	if got := w.verify(t, w.token, retried.stack.Name, sha, "up"); got.Phase != verification.PhaseRunning || got.Retry == nil || got.Retry.NextTime == nil {
 		t.Fatalf("after the failure the service says %s/%s (retry %+v): %s", got.Phase, got.Reason, got.Retry, got.Message)
 	}
@@ -132,13 +137,7 @@ func TestAnalysisRunsFollowStacks(t *testing.T) {
 	if err := get(w, retried.run); err != nil || retried.run.Status.Phase.Completed() {
 		t.Fatalf("the run of a failed-and-retried update ended %s (%v)", retried.run.Status.Phase, err)
 	}
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := get(w, knobs); err != nil {
-			return err
-		}
-		knobs.Data["failOn"] = ""
-		return w.c.Update(ctx, knobs)
-	}); err != nil {
+	if err := os.Remove(blocker); err != nil {
 		t.Fatal(err)
 	}
 
@@ -197,6 +196,9 @@ func TestAnalysisRunsFollowStacks(t *testing.T) {
 			since, what = sc.verdict, fmt.Sprintf("failed %d times", pulumiv1.RetryStallAfter)
 		default:
 			since, what = sc.stack.Status.LastUpdate.LastResyncTime.Time, string(sc.stack.Status.LastUpdate.Type)+" succeeded"
+			if sc.name == "retried" && sc.stack.Status.LastUpdate.Name == failedUpdate {
+				t.Errorf("retried: the success is the failed update %s", failedUpdate)
+			}
 		}
 		took := sc.done.Sub(since)
 		// One interval, plus the second metric's request and our own polling.
