@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/kargo-steps/waiter"
+)
+
+// Exit codes.
+const (
+	// ExitOK: done (the commit is set, the Stack applied it, every Stack
+	// is editable).
+	ExitOK = 0
+	// ExitFailed: the wait ended Failed or timed out; lint found a Stack
+	// the open-source task cannot edit; set-commit could not edit.
+	ExitFailed = 1
+	// ExitUsage: bad flags or arguments.
+	ExitUsage = 2
+)
+
+// OutputEnv names the file a step's output is written to (Akuity
+// CustomPromotionStep, output.source File).
+const OutputEnv = "KARGO_OUTPUT"
+
+// DefaultTokenFile is where a pod's ServiceAccount token is mounted.
+const DefaultTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// version is set at build time.
+var Version = "dev"
+
+const usage = `stackflow-kargo promotes Stacks in a Kargo pipeline.
+
+Usage:
+  stackflow-kargo set-commit --dir DIR --stack NAME [--namespace NS] --commit SHA
+  stackflow-kargo wait --url ANALYSIS_URL --namespace NS --stack NAME --commit SHA [--operation up|preview] [--timeout D] [--token-file F]
+  stackflow-kargo lint --dir DIR
+  stackflow-kargo version
+
+  set-commit  edit spec.commit of one Stack manifest in place (any document of a multi-document file;
+              creates spec.commit, removes spec.branch, keeps everything else byte for byte)
+  wait        wait until the operator applied the commit, asking the analysis service (exit 0 on Succeeded,
+              1 on Failed or timeout); writes the result to $KARGO_OUTPUT when set
+  lint        tell which Stacks Kargo's open-source yaml-update step (the stackflow-promote task) can edit,
+              and the stackFile var for each; exit 1 if one cannot be edited
+
+Run "stackflow-kargo <command> -h" for a command's flags. See kargo-steps/README.md.
+`
+
+// Main runs the command line and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "set-commit":
+		return setCommit(args[1:], stdout, stderr)
+	case "wait":
+		return wait(ctx, args[1:], stdout, stderr)
+	case "lint":
+		return lint(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "stackflow-kargo", Version)
+		return ExitOK
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+	return ExitUsage
+}
+
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: stackflow-kargo %s\n\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; it reports whether to go on, and the exit code if not.
+func parse(fs *flag.FlagSet, args []string) (bool, int) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return false, ExitOK
+		}
+		return false, ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
+		fs.Usage()
+		return false, ExitUsage
+	}
+	return true, 0
+}
+
+func wait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("wait", "wait --url ANALYSIS_URL --namespace NS --stack NAME --commit SHA [--operation up|preview] [--timeout D] [--token-file F]", stderr)
+	var o waiter.Options
+	var op string
+	fs.StringVar(&o.URL, "url", "", "base URL of the analysis service, e.g. http://stackflow-analysis.stackflow-system.svc:8080 (required)")
+	fs.StringVar(&o.Namespace, "namespace", "", "namespace of the Stack (required)")
+	fs.StringVar(&o.Stack, "stack", "", "name of the Stack (required)")
+	fs.StringVar(&o.Commit, "commit", "", "the commit the Stack must have applied: 7 to 40 hexadecimal characters (required)")
+	fs.StringVar(&op, "operation", "up", "up (the commit applied) or preview (the commit previewed)")
+	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait before giving up (exit 1)")
+	fs.StringVar(&o.TokenFile, "token-file", "", "file holding the bearer token sent to the service, read before each request (default: the pod's ServiceAccount token, "+DefaultTokenFile+", when it exists; none otherwise)")
+	if ok, code := parse(fs, args); !ok {
+		return code
+	}
+	o.Operation = verification.Operation(op)
+	if o.TokenFile == "" {
+		if _, err := os.Stat(DefaultTokenFile); err == nil {
+			o.TokenFile = DefaultTokenFile
+		}
+	}
+	o.Progress = func(r verification.Result) {
+		fmt.Fprintf(stderr, "%s %s: %s (%s): %s\n", time.Now().UTC().Format(time.TimeOnly), o.Stack, r.Phase, r.Reason, r.Message)
+	}
+	out, err := waiter.Wait(ctx, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		fs.Usage()
+		return ExitUsage
+	}
+	if err := writeOutput(stepOutput(o, out)); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return ExitFailed
+	}
+	if out.Succeeded {
+		fmt.Fprintf(stdout, "Stack %s/%s: %s\n", o.Namespace, o.Stack, out.Message)
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "Stack %s/%s: %s: %s\n", o.Namespace, o.Stack, out.Reason, out.Message)
+	return ExitFailed
+}
+
+// Output is what wait writes to $KARGO_OUTPUT (JSON): a later step reads
+// it as outputs.<alias>.<field>.
+type Output struct {
+	Succeeded bool   `json:"succeeded"`
+	Phase     string `json:"phase,omitempty"`
+	Reason    string `json:"reason"`
+	Message   string `json:"message"`
+	Namespace string `json:"namespace"`
+	Stack     string `json:"stack"`
+	Commit    string `json:"commit"`
+	// Update and Permalink name the update that applied (or failed) the
+	// commit.
+	Update    string `json:"update,omitempty"`
+	Permalink string `json:"permalink,omitempty"`
+}
+
+func stepOutput(o waiter.Options, out waiter.Outcome) Output {
+	r := Output{Succeeded: out.Succeeded, Phase: string(out.Result.Phase), Reason: out.Reason, Message: out.Message,
+		Namespace: o.Namespace, Stack: o.Stack, Commit: o.Commit}
+	if out.Result.ObservedCommit != nil {
+		r.Commit = out.Result.ObservedCommit.SHA
+	}
+	if u := out.Result.Update; u != nil {
+		r.Update, r.Permalink = u.Name, u.Permalink
+	}
+	return r
+}
+
+// writeOutput writes v as JSON to $KARGO_OUTPUT, when set.
+func writeOutput(v any) error {
+	path := os.Getenv(OutputEnv)
+	if path == "" {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write the step output to $%s: %w", OutputEnv, err)
+	}
+	return nil
+}

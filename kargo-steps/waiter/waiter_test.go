@@ -1,0 +1,137 @@
+package waiter
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stackflow-io/stackflow/analysis/verification"
+)
+
+const sha = "0123456789abcdef0123456789abcdef01234567"
+
+// script serves one answer per request, the last one for ever; it records
+// the requests.
+type script struct {
+	mu      sync.Mutex
+	answers []func(w http.ResponseWriter)
+	reqs    []*http.Request
+}
+
+func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.reqs = append(s.reqs, r)
+	a := s.answers[0]
+	if len(s.answers) > 1 {
+		s.answers = s.answers[1:]
+	}
+	s.mu.Unlock()
+	a(w)
+}
+
+func phase(p verification.Phase, reason string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		_ = json.NewEncoder(w).Encode(verification.Result{Phase: p, Reason: reason, Message: string(p) + " message",
+			Update: &verification.Update{Name: "web-3", Permalink: "file:///web/3"}, ObservedCommit: verification.NewCommit(sha)})
+	}
+}
+
+func status(code int, reason string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(verification.Error{Code: code, Reason: reason, Message: "no access"})
+	}
+}
+
+func options(url string) Options {
+	return Options{URL: url, Namespace: "dev", Stack: "web", Commit: sha[:7], Operation: verification.OperationUp,
+		Timeout: 20 * time.Second, Retry: 10 * time.Millisecond, Poll: time.Second}
+}
+
+func TestWait(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		answers   []func(http.ResponseWriter)
+		timeout   time.Duration
+		succeeded bool
+		reason    string
+		requests  int
+	}{
+		{"succeeds after pending and running", []func(http.ResponseWriter){phase("Pending", "CommitNotTargeted"), phase("Running", "UpdateInProgress"), phase("Succeeded", "UpdateSucceeded")}, 0, true, "UpdateSucceeded", 3},
+		{"fails on Failed", []func(http.ResponseWriter){phase("Running", "RetryingAfterFailure"), phase("Failed", "StackStalled")}, 0, false, "StackStalled", 2},
+		{"retries 503 and a restart", []func(http.ResponseWriter){status(503, "ServiceUnavailable"), status(502, "Bad Gateway"), phase("Succeeded", "UpdateSucceeded")}, 0, true, "UpdateSucceeded", 3},
+		{"gives up at once on 403", []func(http.ResponseWriter){status(403, "Forbidden")}, 0, false, "Forbidden", 1},
+		{"gives up at once on 401", []func(http.ResponseWriter){status(401, "Unauthorized")}, 0, false, "Unauthorized", 1},
+		{"times out while pending", []func(http.ResponseWriter){phase("Pending", "AwaitingUpdate")}, 1500 * time.Millisecond, false, "Timeout", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &script{answers: tt.answers}
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			o := options(srv.URL)
+			if tt.timeout > 0 {
+				o.Timeout = tt.timeout
+			}
+			out, err := Wait(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Succeeded != tt.succeeded || out.Reason != tt.reason {
+				t.Fatalf("outcome %+v", out)
+			}
+			if tt.requests > 0 && len(s.reqs) != tt.requests {
+				t.Fatalf("%d requests, want %d", len(s.reqs), tt.requests)
+			}
+			if tt.reason == "Timeout" && !strings.Contains(out.Message, "last answer: Pending (AwaitingUpdate)") {
+				t.Fatalf("timeout message %q", out.Message)
+			}
+			q := s.reqs[0].URL.Query()
+			if s.reqs[0].URL.Path != "/v1/namespaces/dev/stacks/web/verification" || q.Get("commit") != sha[:7] || q.Get("operation") != "up" || q.Get("wait") != "1s" {
+				t.Fatalf("request %s", s.reqs[0].URL)
+			}
+		})
+	}
+}
+
+// The token is read from its file before every request (rotation).
+func TestWaitReadsTheTokenEachTime(t *testing.T) {
+	s := &script{answers: []func(http.ResponseWriter){phase("Pending", "AwaitingUpdate"), phase("Succeeded", "UpdateSucceeded")}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := options(srv.URL)
+	o.TokenFile = file
+	o.Progress = func(verification.Result) { _ = os.WriteFile(file, []byte("second"), 0o600) }
+	if out, err := Wait(context.Background(), o); err != nil || !out.Succeeded {
+		t.Fatalf("%+v %v", out, err)
+	}
+	if a, b := s.reqs[0].Header.Get("Authorization"), s.reqs[1].Header.Get("Authorization"); a != "Bearer first" || b != "Bearer second" {
+		t.Fatalf("authorization headers %q, %q", a, b)
+	}
+}
+
+func TestWaitOptions(t *testing.T) {
+	for _, mod := range []func(*Options){
+		func(o *Options) { o.URL = "stackflow-analysis:8080" },
+		func(o *Options) { o.Stack = "" },
+		func(o *Options) { o.Commit = "main" },
+		func(o *Options) { o.Operation = "destroy" },
+		func(o *Options) { o.Timeout = 0 },
+	} {
+		o := options("http://127.0.0.1:1")
+		mod(&o)
+		if _, err := Wait(context.Background(), o); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
