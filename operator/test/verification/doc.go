@@ -7,5 +7,10 @@
 // (analysis/config/templates) against it. Argo Rollouts' own web metric
 // provider also runs the templates' metrics in this process for every phase.
 //
+// It also runs a Kargo-style promotion with the real stackflow-kargo binary:
+// set-commit in a clone of a manifests repository, commit and push, a sync
+// of the pushed manifests standing in for Argo CD, and wait against the
+// analysis service.
+//
 // It lives under operator/ because it starts the operator in-process.
 package verification

@@ -69,7 +69,7 @@ type scenario struct {
 // the deadline when the Stack never gets there; a preview verifies with the
 // preview template.
 func TestAnalysisRunsFollowStacks(t *testing.T) {
-	w := newWorld(t)
+	w := newWorld(t, true)
 	ctx := context.Background()
 	repo := gitrepo.New(t)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})

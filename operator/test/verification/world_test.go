@@ -34,7 +34,7 @@ import (
 
 var (
 	cp *substrate.ControlPlane
-	// bin holds the agent built for this run.
+	// bin holds the agent and stackflow-kargo built for this run.
 	bin string
 	// rolloutsDir holds rollouts-controller and its CRDs (make substrate).
 	rolloutsDir string
@@ -58,11 +58,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(bin)
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "agent"), "./operator/cmd/agent")
-	build.Dir = substrate.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
-		return 1
+	for name, pkg := range map[string]string{"agent": "./operator/cmd/agent", "stackflow-kargo": "./kargo-steps/cmd/stackflow-kargo"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg)
+		build.Dir = substrate.RepoRoot()
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", name, err, out)
+			return 1
+		}
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
 	if cp, err = substrate.StartControlPlane(); err != nil {
@@ -102,7 +104,9 @@ type world struct {
 // cloudToken is the Pulumi access token the fake Pulumi Cloud accepts.
 const cloudToken = "pul-0123456789abcdef0123456789abcdef01234567"
 
-func newWorld(t *testing.T) *world {
+// newWorld starts the operator, the analysis service and, with rollouts,
+// the Argo Rollouts controller.
+func newWorld(t *testing.T, rollouts bool) *world {
 	t.Helper()
 	c, err := client.New(cp.Config, client.Options{Scheme: scheme()})
 	if err != nil {
@@ -117,7 +121,9 @@ func newWorld(t *testing.T) *world {
 	}
 	w.url = startAnalysis(t, service.Options{PulumiCloudTokenSecret: w.ns + "/pulumi-cloud", PulumiCloudURL: w.cloud.URL, PulumiCloudCacheTTL: time.Second})
 	w.token, w.denied = w.tokens(t)
-	startRollouts(t)
+	if rollouts {
+		startRollouts(t)
+	}
 	return w
 }
 
