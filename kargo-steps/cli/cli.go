@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
@@ -82,14 +83,39 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: stackflow-kargo %s\n\n", synopsis)
+		fmt.Fprintf(stderr, "Usage: stackflow-kargo %s\n\nEach flag may also come from the environment: --commit from %s, --token-file from %s, and so on.\n\n", synopsis, EnvName("commit"), EnvName("token-file"))
 		fs.PrintDefaults()
 	}
 	return fs
 }
 
-// parse parses flags; it reports whether to go on, and the exit code if not.
+// EnvPrefix prefixes the environment variables that give flags their
+// values (STACKFLOW_KARGO_COMMIT for --commit, STACKFLOW_KARGO_TOKEN_FILE
+// for --token-file): an Akuity CustomPromotionStep passes its config that
+// way. An empty variable counts as unset; a flag given on the command line
+// wins.
+const EnvPrefix = "STACKFLOW_KARGO_"
+
+// EnvName is the environment variable of a flag.
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse sets flags from the environment, then parses the arguments; it
+// reports whether to go on, and the exit code if not.
 func parse(fs *flag.FlagSet, args []string) (bool, int) {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := os.Getenv(EnvName(f.Name)); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("$%s: %w", EnvName(f.Name), err)
+			}
+		}
+	})
+	if envErr != nil {
+		fmt.Fprintln(fs.Output(), "error:", envErr)
+		return false, ExitUsage
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return false, ExitOK

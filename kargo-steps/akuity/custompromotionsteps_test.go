@@ -1,0 +1,115 @@
+package akuity
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/kargo-steps/cli"
+)
+
+// step is the part of a CustomPromotionStep the tests read.
+type step struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Image   string   `json:"image"`
+		Command []string `json:"command"`
+		Env     []struct {
+			Name  string `json:"name"`
+			Value string `json:"value"`
+		} `json:"env"`
+		Output struct {
+			Source string `json:"source"`
+			Format string `json:"format"`
+		} `json:"output"`
+		DefaultTimeout        string `json:"defaultTimeout"`
+		DefaultErrorThreshold int    `json:"defaultErrorThreshold"`
+	} `json:"spec"`
+}
+
+func steps(t *testing.T) map[string]step {
+	t.Helper()
+	b, err := os.ReadFile("custompromotionsteps.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]step{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var s step
+		if err := dec.Decode(&s); err != nil {
+			break
+		}
+		if s.Kind == "" {
+			continue
+		}
+		if s.APIVersion != "ee.kargo.akuity.io/v1alpha1" || s.Kind != "CustomPromotionStep" || s.Spec.Output.Source != "File" || s.Spec.Output.Format != "JSON" {
+			t.Fatalf("%s: %+v", s.Metadata.Name, s)
+		}
+		out[s.Metadata.Name] = s
+	}
+	if len(out) != 2 {
+		t.Fatalf("%d steps", len(out))
+	}
+	return out
+}
+
+var configExpr = regexp.MustCompile(`^\$\{\{ config\.([a-zA-Z]+) \}\}$`)
+
+// run runs the step the way the platform would: env templated from config
+// (a missing key is empty), the command's arguments, $KARGO_OUTPUT.
+func run(t *testing.T, s step, config map[string]string) (int, map[string]any, string) {
+	t.Helper()
+	if s.Spec.Command[0] != "/stackflow-kargo" {
+		t.Fatalf("command %v", s.Spec.Command)
+	}
+	for _, e := range s.Spec.Env {
+		m := configExpr.FindStringSubmatch(e.Value)
+		if m == nil || !strings.HasPrefix(e.Name, cli.EnvPrefix) {
+			t.Fatalf("env %s=%s: expected %sX = ${{ config.x }}", e.Name, e.Value, cli.EnvPrefix)
+		}
+		t.Setenv(e.Name, config[m[1]])
+	}
+	out := filepath.Join(t.TempDir(), "output.json")
+	t.Setenv(cli.OutputEnv, out)
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(context.Background(), s.Spec.Command[1:], &stdout, &stderr)
+	var o map[string]any
+	if b, err := os.ReadFile(out); err == nil {
+		if err := json.Unmarshal(b, &o); err != nil {
+			t.Fatalf("output %s: %v", b, err)
+		}
+	}
+	return code, o, stdout.String() + stderr.String()
+}
+
+func TestWaitStep(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/namespaces/dev/stacks/web/verification" || r.URL.Query().Get("operation") != "preview" {
+			http.Error(w, "unexpected "+r.URL.String(), http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(verification.Result{Phase: verification.PhaseSucceeded, Reason: verification.ReasonUpdateSucceeded, Message: "preview succeeded",
+			Update: &verification.Update{Name: "web-4", Permalink: "https://example.com/web/4"}})
+	}))
+	defer srv.Close()
+	code, out, log := run(t, steps(t)["stackflow-wait"], map[string]string{"url": srv.URL, "namespace": "dev", "stack": "web",
+		"commit": "0123456789abcdef0123456789abcdef01234567", "operation": "preview", "timeout": "1m"})
+	if code != cli.ExitOK || out["succeeded"] != true || out["update"] != "web-4" || out["permalink"] != "https://example.com/web/4" {
+		t.Fatalf("exit %d, output %v: %s", code, out, log)
+	}
+}
