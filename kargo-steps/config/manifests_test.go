@@ -222,4 +222,16 @@ func TestTaskShape(t *testing.T) {
 			t.Errorf("%s: steps %v, want %v", name, uses, wantSteps[name])
 		}
 	}
+	// The steps the two tasks share are the same (the http step's live test
+	// runs stackflow-promote's).
+	steps := map[string]map[string]any{}
+	for _, task := range build(t, "tasks") {
+		for _, s := range list(task, "spec", "steps") {
+			key := str(s, "as")
+			if prev, ok := steps[key]; ok && (key == "clone" || key == "update-stack" || key == "commit" || key == "verify") && !reflect.DeepEqual(prev, s) {
+				t.Errorf("step %s differs between the tasks", key)
+			}
+			steps[key] = s
+		}
+	}
 }
