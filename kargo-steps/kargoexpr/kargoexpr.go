@@ -37,9 +37,12 @@
 //
 // What it does not model: imageFrom, chartFrom, artifactFrom, sharedSecret,
 // sharedConfigMap, freightMetadata, stageMetadata, semverDiff, semverParse;
-// several freight origins requested by one Stage (commitFrom without
-// warehouse() takes the first commit of the repository, whereas Kargo fails
-// when the repository is ambiguous); the Secret/ConfigMap lookup against the
+// how commitFrom without warehouse() finds the origin (this evaluator takes
+// the first Freight commit of the repository; Kargo looks for the one
+// requested Warehouse subscribed to the repository, fails when several are,
+// and gives nil when none is, so vars.repoURL must be the URL the Warehouse
+// subscribes to, up to Kargo's URL normalization, which is approximated here
+// by ignoring case, a trailing slash and ".git"); the Secret/ConfigMap lookup against the
 // API server (they are given as maps); the Promotion's step aliasing
 // (`step-N`) and output state bookkeeping (outputs are given as maps); the
 // response-body size cap and the YAML parse mode of the http step.
@@ -91,6 +94,8 @@ type FreightRef struct {
 type StepStatus struct {
 	Alias  string
 	Status string
+	// ContinueOnError steps do not count as failures.
+	ContinueOnError bool
 }
 
 // Var is a name/value pair, like Kargo's ExpressionVariable.
@@ -184,7 +189,7 @@ func (e *Env) Map() map[string]any {
 
 func (e *Env) hasFailures() bool {
 	for _, s := range e.Steps {
-		if s.Status == "Failed" || s.Status == "Errored" {
+		if !s.ContinueOnError && (s.Status == "Failed" || s.Status == "Errored") {
 			return true
 		}
 	}

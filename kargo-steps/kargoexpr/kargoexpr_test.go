@@ -129,6 +129,10 @@ func TestIf(t *testing.T) {
 			t.Errorf("if %q = %v, %v", tt.cond, got, err)
 		}
 	}
+	e.Steps = append(e.Steps, StepStatus{Alias: "promote::open-pr", Status: "Failed", ContinueOnError: true})
+	if ok, _ := e.If(""); !ok {
+		t.Error("a failure with continueOnError counts")
+	}
 	e.Steps = append(e.Steps, StepStatus{Alias: "promote::push", Status: "Errored"})
 	if ok, _ := e.If(""); ok {
 		t.Error("a step without if runs after a failure")
