@@ -295,24 +295,31 @@ func TestTemplatesUnderTheRolloutsController(t *testing.T) {
 		{name: "times-out", template: "AnalysisTemplate/" + PreviewedTemplate, operation: "preview", before: "Pending", forever: true, timeoutMeasurements: "3",
 			wantPhase: rolloutsv1alpha1.AnalysisPhaseFailed, wantVerified: rolloutsv1alpha1.AnalysisPhaseSuccessful, wantDead: rolloutsv1alpha1.AnalysisPhaseFailed},
 	}
-	for _, tc := range cases {
+	// Start every run at once (they take about 20 s each), then check them
+	// one by one.
+	runs := make([]*rolloutsv1alpha1.AnalysisRun, len(cases))
+	scenarios := make([]*scenario, len(cases))
+	for i, tc := range cases {
+		stack := "stack-" + tc.name
+		values := map[string]string{ArgNamespace: "stacks", ArgStack: stack, ArgCommit: "0123abcd", ArgServer: svc.URL}
+		if tc.timeoutMeasurements != "" {
+			values[ArgTimeoutMeasurements] = tc.timeoutMeasurements
+		}
+		start := time.Now()
+		sc := &scenario{before: tc.before, after: tc.after, until: start.Add(change)}
+		if tc.forever {
+			sc.until = start.Add(time.Hour)
+		}
+		svc.set(stack, sc)
+		run := newRun(ns, tc.name, stored[tc.template], values)
+		if err := k8s.Create(ctx, run, &client.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
+			t.Fatal(err)
+		}
+		runs[i], scenarios[i] = run, sc
+	}
+	for i, tc := range cases {
+		run, sc, stack := runs[i], scenarios[i], "stack-"+tc.name
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			stack := "stack-" + tc.name
-			values := map[string]string{ArgNamespace: "stacks", ArgStack: stack, ArgCommit: "0123abcd", ArgServer: svc.URL}
-			if tc.timeoutMeasurements != "" {
-				values[ArgTimeoutMeasurements] = tc.timeoutMeasurements
-			}
-			start := time.Now()
-			sc := &scenario{before: tc.before, after: tc.after, until: start.Add(change)}
-			if tc.forever {
-				sc.until = start.Add(time.Hour)
-			}
-			svc.set(stack, sc)
-			run := newRun(ns, tc.name, stored[tc.template], values)
-			if err := k8s.Create(ctx, run, &client.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
-				t.Fatal(err)
-			}
 			done := waitCompleted(t, run, 2*time.Minute)
 			if done.Status.Phase != tc.wantPhase {
 				t.Errorf("run %s: %s (%s), want %s", tc.name, done.Status.Phase, done.Status.Message, tc.wantPhase)
