@@ -226,8 +226,11 @@ func TestTemplatesUnderTheRolloutsController(t *testing.T) {
 	ctx := context.Background()
 	svc := newFakeService(t)
 
-	ns := "controller-test"
-	createNamespace(t, ns)
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "controller-test-"}}
+	if err := k8s.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	ns := nsObj.Name
 	// The token the templates read by default, as the token controller
 	// would fill a kubernetes.io/service-account-token Secret.
 	secret := &corev1.Secret{
