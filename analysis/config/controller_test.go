@@ -91,11 +91,14 @@ func freePort(t *testing.T) int {
 }
 
 // scenario is what the fake verification service answers for one Stack:
-// before until, `before` (a phase, or an HTTP status code such as "503"),
-// from then on `after`.
+// `before` (a phase, or an HTTP status code such as "503") until `change`
+// after the first request for the Stack (so between the first two
+// measurement rounds however late the controller starts), then `after`;
+// `before` for ever when change is 0.
 type scenario struct {
 	before, after string
-	until         time.Time
+	change        time.Duration
+	until         time.Time // set by the first request
 }
 
 type request struct {
@@ -135,10 +138,15 @@ func newFakeService(t *testing.T) *fakeService {
 			http.Error(w, "no scenario", http.StatusInternalServerError)
 			return
 		}
+		f.mu.Lock()
+		if sc.until.IsZero() && sc.change > 0 {
+			sc.until = now.Add(sc.change)
+		}
 		answer := sc.before
-		if !now.Before(sc.until) {
+		if sc.change > 0 && !now.Before(sc.until) {
 			answer = sc.after
 		}
+		f.mu.Unlock()
 		if code, err := strconv.Atoi(answer); err == nil {
 			http.Error(w, `{"error":"unavailable"}`, code)
 			return
@@ -155,6 +163,12 @@ func (f *fakeService) set(stack string, sc *scenario) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.scenarios[stack] = sc
+}
+
+func (f *fakeService) until(sc *scenario) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return sc.until
 }
 
 func (f *fakeService) requestsFor(stack string) []request {
@@ -273,8 +287,8 @@ func TestTemplatesUnderTheRolloutsController(t *testing.T) {
 		stored["ClusterAnalysisTemplate/"+cat.Name] = got.Spec
 	}
 
-	// The phase changes this long after the run starts: after the first
-	// measurement round, before the second.
+	// The phase changes this long after the first request: after the
+	// second measurement round (10 s later), before the third.
 	const change = 15 * time.Second
 	// Slack for the controller's reconcile and completedAt's second precision.
 	const slack = 3 * time.Second
@@ -308,10 +322,9 @@ func TestTemplatesUnderTheRolloutsController(t *testing.T) {
 		if tc.timeoutMeasurements != "" {
 			values[ArgTimeoutMeasurements] = tc.timeoutMeasurements
 		}
-		start := time.Now()
-		sc := &scenario{before: tc.before, after: tc.after, until: start.Add(change)}
+		sc := &scenario{before: tc.before, after: tc.after, change: change}
 		if tc.forever {
-			sc.until = start.Add(time.Hour)
+			sc.change = 0
 		}
 		svc.set(stack, sc)
 		run := newRun(ns, tc.name, stored[tc.template], values)
@@ -348,7 +361,7 @@ func TestTemplatesUnderTheRolloutsController(t *testing.T) {
 				if r := metricResult(t, done, DeadlineMetric); r.Count != int32(n) {
 					t.Errorf("deadline counted %d measurements, want %d", r.Count, n)
 				}
-			} else if late := completed.Sub(sc.until); late > Interval+slack {
+			} else if late := completed.Sub(svc.until(sc)); late > Interval+slack {
 				t.Errorf("run completed %v after the phase became %s, want within one interval (%v)", late, tc.after, Interval)
 			}
 			if tc.before == "503" {
