@@ -1,16 +1,5 @@
-//go:build rolloutsutils
-
 // These tests call Argo Rollouts' own argument resolution, metric validation
-// and web provider. Those packages need three modules the repository's
-// go.mod does not list yet (github.com/expr-lang/expr,
-// github.com/valyala/fasttemplate, github.com/valyala/bytebufferpool, all
-// indirect, at the versions argo-rollouts v1.10.1 requires), so the file
-// only builds with `-tags rolloutsutils` once they are added
-// (`go get github.com/argoproj/argo-rollouts/utils/analysis@v1.10.1
-// github.com/argoproj/argo-rollouts/metricproviders/webmetric@v1.10.1`).
-// The untagged tests cover the same ground with the real controller
-// (controller_test.go) and structural checks (templates_test.go).
-
+// and web provider on the shipped templates.
 package config
 
 import (
