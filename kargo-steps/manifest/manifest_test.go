@@ -330,3 +330,111 @@ func TestLineIndex(t *testing.T) {
 		t.Errorf("offset past the last line is ok")
 	}
 }
+
+const stackHead = "apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: app\n"
+
+// TestSetCommitShapes covers less common shapes inline: the whole expected
+// file, or a substring of the error.
+func TestSetCommitShapes(t *testing.T) {
+	cases := []struct {
+		name, in, want, wantErr string
+	}{
+		{name: "tagged commit", in: "spec:\n  commit: !!str " + oldSHA + "\n",
+			want: "spec:\n  commit: !!str " + newSHA + "\n"},
+		{name: "commit on the next line", in: "spec:\n  commit:\n    " + oldSHA + " # c\n  stack: dev\n",
+			want: "spec:\n  commit:\n    " + newSHA + " # c\n  stack: dev\n"},
+		{name: "quoted key, tab", in: "spec:\n  \"commit\":\t'old' # c\n",
+			want: "spec:\n  \"commit\":\t'" + newSHA + "' # c\n"},
+		{name: "null commit", in: "spec:\n  commit: ~\n  branch: main\n",
+			want: "spec:\n  commit: " + newSHA + "\n"},
+		{name: "branch first, commit after", in: "spec:\n  branch: main\n  commit: \"x\"\n",
+			want: "spec:\n  commit: \"" + newSHA + "\"\n"},
+		{name: "branch value on the next line", in: "spec:\n  branch:\n    main\n  stack: dev\n",
+			want: "spec:\n  commit: " + newSHA + "\n  stack: dev\n"},
+		{name: "empty branch", in: "spec:\n  branch: # none\n  commit: " + newSHA + "\n",
+			want: "spec:\n  commit: " + newSHA + "\n"},
+		{name: "commit with tag and anchor aliased elsewhere",
+			in:      "spec:\n  commit: &c " + oldSHA + "\n  stack: *c\n",
+			wantErr: "spec.commit carries an anchor (&c): remove the anchor"},
+		{name: "anchored branch aliased elsewhere", in: "spec:\n  branch: &b main\n  stack: *b\n",
+			wantErr: "the edited file would not parse"},
+		{name: "block scalar commit", in: "spec:\n  commit: |\n    " + oldSHA + "\n",
+			wantErr: "cannot edit spec.commit: the value is a block scalar (| or >): write it as a plain scalar"},
+		{name: "multi-line plain commit", in: "spec:\n  commit: abc\n    def\n",
+			wantErr: "cannot edit spec.commit: the value spans several lines: write it on one line"},
+		{name: "block scalar branch", in: "spec:\n  branch: >\n    main\n",
+			wantErr: "cannot remove spec.branch: the value is a block scalar"},
+		{name: "mapping branch", in: "spec:\n  branch: {name: main}\n",
+			wantErr: "cannot remove spec.branch: its value is not a scalar"},
+		{name: "mapping commit", in: "spec:\n  commit: [a]\n",
+			wantErr: "spec.commit is not a scalar: write it as commit: <sha>"},
+		{name: "empty spec", in: "spec:\n",
+			wantErr: "spec is empty: write spec as a block mapping"},
+		{name: "scalar spec", in: "spec: x\n",
+			wantErr: "spec is not a mapping: write spec as a block mapping"},
+		{name: "two commits", in: "spec:\n  commit: a\n  commit: b\n",
+			wantErr: "spec has spec.commit or spec.branch more than once: keep one"},
+		{name: "two specs", in: "spec:\n  commit: a\nspec:\n  commit: b\n",
+			wantErr: "the Stack has spec more than once: keep one"},
+		{name: "merge key", in: "spec:\n  <<: {branch: main}\n  stack: dev\n",
+			wantErr: "spec uses a merge key (<<)"},
+		{name: "alias spec", in: "x: &s\n  commit: a\nspec: *s\n", wantErr: "spec is an alias: write the Stack's spec out in full"},
+		{name: "complex key", in: "spec:\n  ? branch\n  : main\n",
+			wantErr: "spec's fields are not on lines of their own"},
+		{name: "complex key after", in: "spec:\n  stack: dev\n  ? branch\n  : main\n",
+			wantErr: "cannot remove spec.branch: the key is not on a line of its own"},
+		{name: "tag on its own line", in: "spec:\n  commit: !!str\n    abc\n",
+			wantErr: "its tag or anchor is on a line of its own"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			in := stackHead + tc.in
+			writeFiles(t, dir, map[string]string{"s.yaml": in})
+			_, err := SetCommit(dir, Target{Name: "app"}, newSHA)
+			got, _ := os.ReadFile(filepath.Join(dir, "s.yaml"))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.HasPrefix(err.Error(), "s.yaml") {
+					t.Errorf("err %v, want one starting s.yaml and containing %q", err, tc.wantErr)
+				}
+				if string(got) != in {
+					t.Errorf("the file changed")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := stackHead + tc.want; string(got) != want {
+				t.Errorf("got\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestSetCommitUTF16(t *testing.T) {
+	dir := t.TempDir()
+	s := stackHead + "spec:\n  commit: x\n"
+	b := []byte{0xFF, 0xFE}
+	for _, r := range s {
+		b = append(b, byte(r), 0)
+	}
+	writeFiles(t, dir, map[string]string{"s.yaml": string(b)})
+	if _, err := SetCommit(dir, Target{Name: "app"}, newSHA); err == nil || !strings.Contains(err.Error(), "s.yaml holds a Stack but is UTF-16: re-encode it as UTF-8") {
+		t.Errorf("err %v", err)
+	}
+}
+
+func TestSetCommitNotADirectory(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"s.yaml": stackHead})
+	if _, err := SetCommit(filepath.Join(dir, "s.yaml"), Target{Name: "app"}, newSHA); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Errorf("err %v", err)
+	}
+	if _, err := SetCommit(filepath.Join(dir, "nope"), Target{Name: "app"}, newSHA); err == nil {
+		t.Errorf("missing directory: no error")
+	}
+	if _, err := SetCommit(dir, Target{}, newSHA); err == nil || !strings.Contains(err.Error(), "no Stack name given") {
+		t.Errorf("err %v", err)
+	}
+}

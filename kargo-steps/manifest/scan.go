@@ -125,7 +125,7 @@ func scan(dir string) ([]*stack, []Skipped, error) {
 		docs, perr := parseDocs(data)
 		if perr != nil {
 			if mayHoldStack(data) {
-				return fmt.Errorf("%s does not parse (%w) and may hold a Stack: fix its YAML, or move it out of %s", rel, perr, dir)
+				return &inputError{fmt.Errorf("%s does not parse (%w) and may hold a Stack: fix its YAML, or move it out of %s", rel, perr, dir)}
 			}
 			skipped = append(skipped, Skipped{File: rel, Err: perr.Error()})
 			return nil
@@ -134,18 +134,27 @@ func scan(dir string) ([]*stack, []Skipped, error) {
 		found := stacksIn(f)
 		if len(found) > 0 {
 			if utf16BOM(data) {
-				return fmt.Errorf("%s holds a Stack but is UTF-16: re-encode it as UTF-8", rel)
+				return &inputError{fmt.Errorf("%s holds a Stack but is UTF-16: re-encode it as UTF-8", rel)}
 			}
 			f.li = newLineIndex(data)
 		}
 		stacks = append(stacks, found...)
 		return nil
 	})
+	var ie *inputError
+	if errors.As(err, &ie) {
+		return nil, nil, ie.err
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("walking %s: %w", dir, err)
 	}
 	return stacks, skipped, nil
 }
+
+// inputError is a problem with a manifest, returned by scan as it is.
+type inputError struct{ err error }
+
+func (e *inputError) Error() string { return e.err.Error() }
 
 func utf16BOM(data []byte) bool {
 	return bytes.HasPrefix(data, []byte{0xFE, 0xFF}) || bytes.HasPrefix(data, []byte{0xFF, 0xFE})

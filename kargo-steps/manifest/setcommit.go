@@ -121,6 +121,8 @@ func edit(s *stack, sha string) ([]byte, editInfo, error) {
 	switch {
 	case spec == nil:
 		return nil, info, errors.New("the Stack has no spec: add a spec (projectRepo, commit, ...) to the manifest")
+	case spec.Kind == yaml.ScalarNode && spec.ShortTag() == "!!null":
+		return nil, info, errors.New("spec is empty: write spec as a block mapping holding the Stack's fields (projectRepo, commit, ...)")
 	case spec.Kind != yaml.MappingNode || len(spec.Content) == 0:
 		return nil, info, errors.New("spec is not a mapping: write spec as a block mapping holding the Stack's fields")
 	case spec.Style&yaml.FlowStyle != 0:
