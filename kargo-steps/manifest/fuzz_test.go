@@ -15,6 +15,8 @@ import (
 // spec.branch, (d) a second SetCommit reports Changed false and leaves the
 // bytes as they are. When it fails, the file is untouched. It never panics.
 func FuzzSetCommit(f *testing.F) {
+	syncWrites = false
+	f.Cleanup(func() { syncWrites = true })
 	seeds, _ := filepath.Glob(filepath.Join("testdata", "*.yaml"))
 	for _, p := range seeds {
 		b, err := os.ReadFile(p)
