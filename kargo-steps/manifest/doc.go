@@ -13,9 +13,13 @@
 // manifest, never a reformatted file.
 //
 // Lint reports, for every Stack found, whether the open-source Kargo
-// yaml-update step could edit it (the Stack is the first document of its file,
-// spec.commit exists as a plain or quoted scalar, spec.branch is absent) and,
-// when not, why.
+// yaml-update step could edit it and, when not, why. yaml-update parses only
+// the first document of a file, looks up an existing scalar and replaces the
+// rest of its line with the new value (it adds no key and removes none). So a
+// Stack is editable when it is the first document of its file, spec is a
+// block mapping, spec.commit exists as a non-empty plain or quoted scalar on
+// one line, and spec.branch is absent. Warnings say what yaml-update would
+// change besides (a comment on the commit's line, CRLF line endings).
 //
 // Both walk a directory recursively: files ending .yaml or .yml, skipping
 // hidden directories (.git included) and every symbolic link, so nothing

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bytes"
 	"fmt"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -17,6 +18,9 @@ type Finding struct {
 	// plain or quoted scalar and spec.branch is absent.
 	Editable bool
 	Reasons  []string // why not, when not Editable
+	// Warnings are what yaml-update would change besides the commit in an
+	// editable Stack's file (a comment on spec.commit's line, CRLF endings).
+	Warnings []string
 	// StackFile is the path, relative to dir, to give as the Kargo task's
 	// stackFile var; empty when the Stack is not Editable.
 	StackFile string
@@ -58,13 +62,31 @@ func lint(s *stack) Finding {
 				f.Reasons = append(f.Reasons, "spec.commit is not a scalar: yaml-update edits only plain or quoted scalars; write spec.commit: <sha>")
 			case v.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0:
 				f.Reasons = append(f.Reasons, "spec.commit is a block scalar (| or >): yaml-update edits only plain or quoted scalars; write spec.commit: <sha> on one line")
+			case v.Style == 0 && v.Value == "":
+				f.Reasons = append(f.Reasons, "spec.commit is empty: yaml-update would write the commit over the line of the key that follows it; set spec.commit to the current commit")
+			case spec.Style&yaml.FlowStyle != 0:
+				f.Reasons = append(f.Reasons, "spec is a flow mapping ({...}): yaml-update replaces the rest of spec.commit's line, which would cut the mapping; write spec as a block mapping")
+			default:
+				start, end, err := scalarSpan(s.f.li, v)
+				switch {
+				case err != nil || s.f.li.lineOf(start) != s.f.li.lineOf(end-1):
+					f.Reasons = append(f.Reasons, "spec.commit spans several lines: yaml-update replaces only the first line's tail; write spec.commit: <sha> on one line")
+				case v.LineComment != "":
+					f.Warnings = append(f.Warnings, "yaml-update drops the comment on spec.commit's line")
+				}
 			}
 		}
 		if len(pairs(spec, "branch")) > 0 {
 			f.Reasons = append(f.Reasons, "spec.branch is set: a pinned Stack may not have spec.branch (the CRD rejects branch and commit together) and yaml-update cannot remove keys; remove spec.branch")
 		}
 	}
+	if bytes.Contains(s.f.data, []byte("\r\n")) {
+		f.Warnings = append(f.Warnings, "the file has CRLF line endings: yaml-update rewrites every line ending of the file as LF")
+	}
 	f.Editable = len(f.Reasons) == 0
+	if !f.Editable {
+		f.Warnings = nil
+	}
 	if f.Editable {
 		f.StackFile = f.File
 	}

@@ -75,6 +75,10 @@ func TestSetCommit(t *testing.T) {
 			wantErr: []string{"no Stack dev/app", "Stacks found: staging/app (env/namespaces.yaml, document 1), prod/app"}},
 		{name: "crlf", input: "crlf", target: Target{Name: "app"},
 			want: Result{Document: 1, Stack: Target{"app", ""}, OldBranch: "main", BranchRemoved: true, Changed: true}},
+		{name: "crlf-commit", input: "crlf-commit", target: Target{Name: "app"},
+			want: Result{Document: 1, Stack: Target{"app", ""}, OldCommit: oldSHA, Changed: true}},
+		{name: "multiline-commit", input: "multiline-commit", target: Target{Name: "app"},
+			want: Result{Document: 1, Stack: Target{"app", ""}, OldCommit: oldSHA, Changed: true}},
 		{name: "crlf-insert", input: "crlf-insert", target: Target{Name: "app"},
 			want: Result{Document: 1, Stack: Target{"app", ""}, Changed: true}},
 		{name: "indent4", input: "indent4", target: Target{Name: "app"},
@@ -260,7 +264,8 @@ func TestLint(t *testing.T) {
 		input string
 		want  []Finding // File is filled in
 	}{
-		{"single", []Finding{{Document: 1, Name: "app", Namespace: "dev", Editable: true}}},
+		{"single", []Finding{{Document: 1, Name: "app", Namespace: "dev", Editable: true, Warnings: []string{
+			"yaml-update drops the comment on spec.commit's line"}}}},
 		{"multidoc-middle", []Finding{{Document: 2, Name: "app", Reasons: []string{
 			"the Stack is document 2 of the file: Kargo's yaml-update edits only the first document; move it to a file of its own", branchReason}}}},
 		{"multidoc-last", []Finding{{Document: 3, Name: "app", Namespace: "prod", Reasons: []string{
@@ -272,7 +277,8 @@ func TestLint(t *testing.T) {
 			{Document: 2, Name: "app", Namespace: "prod", Reasons: []string{
 				"the Stack is document 2 of the file: Kargo's yaml-update edits only the first document; move it to a file of its own"}}}},
 		{"crlf", []Finding{{Document: 1, Name: "app", Reasons: []string{commitReason, branchReason}}}},
-		{"quoted-double", []Finding{{Document: 1, Name: "app", Editable: true}}},
+		{"quoted-double", []Finding{{Document: 1, Name: "app", Editable: true, Warnings: []string{
+			"yaml-update drops the comment on spec.commit's line"}}}},
 		{"quoted-single", []Finding{{Document: 1, Name: "app", Reasons: []string{branchReason}}}},
 		{"v1alpha1", []Finding{{Document: 1, Name: "app", Editable: true}}},
 		{"other-group", []Finding{{Document: 2, Name: "app", Reasons: []string{
@@ -280,10 +286,16 @@ func TestLint(t *testing.T) {
 		{"bom", []Finding{{Document: 1, Name: "app", Editable: true}}},
 		{"no-spec", []Finding{{Document: 1, Name: "app", Reasons: []string{
 			"spec is missing: yaml-update edits only existing keys; add spec with spec.commit set to the current commit"}}}},
-		{"flow-spec", []Finding{{Document: 1, Name: "app", Editable: true}}},
+		{"flow-spec", []Finding{{Document: 1, Name: "app", Reasons: []string{
+			"spec is a flow mapping ({...}): yaml-update replaces the rest of spec.commit's line, which would cut the mapping; write spec as a block mapping"}}}},
+		{"crlf-commit", []Finding{{Document: 1, Name: "app", Editable: true, Warnings: []string{
+			"the file has CRLF line endings: yaml-update rewrites every line ending of the file as LF"}}}},
 		{"alias-commit", []Finding{{Document: 1, Name: "app", Reasons: []string{
 			"spec.commit is an alias (*sha): yaml-update edits only plain or quoted scalars; write the commit itself"}}}},
-		{"empty-commit", []Finding{{Document: 1, Name: "app", Editable: true}}},
+		{"empty-commit", []Finding{{Document: 1, Name: "app", Reasons: []string{
+			"spec.commit is empty: yaml-update would write the commit over the line of the key that follows it; set spec.commit to the current commit"}}}},
+		{"multiline-commit", []Finding{{Document: 1, Name: "app", Reasons: []string{
+			"spec.commit spans several lines: yaml-update replaces only the first line's tail; write spec.commit: <sha> on one line"}}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.input, func(t *testing.T) {
