@@ -2,8 +2,10 @@ package manifest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -36,7 +38,19 @@ func FuzzSetCommit(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(checkSetCommit)
+}
+
+// checkSetCommit runs SetCommit on data and checks the properties FuzzSetCommit
+// states; it reports whether SetCommit succeeded.
+func checkSetCommit(t *testing.T, data []byte) {
+	t.Helper()
+	_ = checkSetCommitOK(t, data)
+}
+
+func checkSetCommitOK(t *testing.T, data []byte) bool {
+	t.Helper()
+	{
 		dir := t.TempDir()
 		path := filepath.Join(dir, "m.yaml")
 		if err := os.WriteFile(path, data, 0o644); err != nil {
@@ -57,7 +71,7 @@ func FuzzSetCommit(f *testing.F) {
 			if !bytes.Equal(out, data) {
 				t.Fatalf("SetCommit failed (%v) but changed the file", err)
 			}
-			return
+			return false
 		}
 		if !res.Changed && !bytes.Equal(out, data) {
 			t.Fatalf("Changed false but the file changed")
@@ -113,5 +127,53 @@ func FuzzSetCommit(f *testing.F) {
 		if b, _ := os.ReadFile(path); !bytes.Equal(b, out) {
 			t.Fatalf("second SetCommit changed the bytes")
 		}
-	})
+	}
+	return true
+}
+
+// TestSetCommitCombinations composes Stack documents from the shapes found in
+// real manifests (commit and branch present or not, plain or quoted, with
+// comments; 2- or 4-space indentation; LF or CRLF; other documents before and
+// after) and checks every one as FuzzSetCommit does; all of them must succeed.
+func TestSetCommitCombinations(t *testing.T) {
+	syncWrites = false
+	t.Cleanup(func() { syncWrites = true })
+	commits := []string{"", "commit: " + oldSHA, "commit: \"" + oldSHA + "\" # c", "commit: '" + oldSHA + "'", "commit:", "commit: # empty", "commit: " + newSHA}
+	branches := []string{"", "branch: main", "branch: \"main\" # tracked", "# head\nbranch: main\n# foot"}
+	others := []string{"stack: dev", "projectRepo: https://github.com/example/infra\nenvRefs:\n  A:\n    type: Env"}
+	program := "apiVersion: pulumi.com/v1\nkind: Program\nmetadata:\n  name: p\nprogram:\n  resources: {}\n"
+	n := 0
+	for _, c := range commits {
+		for _, b := range branches {
+			for oi, o := range others {
+				for _, indent := range []string{"  ", "    "} {
+					order := []string{o, b, c}
+					if oi == 1 {
+						order = []string{c, o, b}
+					}
+					var spec []string
+					for _, part := range order {
+						if part != "" {
+							spec = append(spec, part)
+						}
+					}
+					if len(spec) == 0 {
+						continue
+					}
+					body := strings.ReplaceAll(strings.Join(spec, "\n"), "\n", "\n"+indent)
+					stack := "apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n" + indent + "name: app\nspec:\n" + indent + body + "\n"
+					for _, layout := range []string{"%s", "%s---\n" + program, program + "---\n%s", "---\n" + program + "---\n%s---\n" + program} {
+						for _, eol := range []string{"\n", "\r\n"} {
+							data := strings.ReplaceAll(fmt.Sprintf(layout, stack), "\n", eol)
+							if !checkSetCommitOK(t, []byte(data)) {
+								t.Errorf("SetCommit failed on\n%s", data)
+							}
+							n++
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d combinations", n)
 }

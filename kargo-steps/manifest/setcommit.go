@@ -308,6 +308,9 @@ func scalarSpan(li *lineIndex, n *yaml.Node) (int, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	if p >= len(data) {
+		return 0, 0, errPosition("the value")
+	}
 	switch n.Style &^ yaml.TaggedStyle {
 	case yaml.DoubleQuotedStyle:
 		if data[p] != '"' {
