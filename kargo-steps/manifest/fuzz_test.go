@@ -34,6 +34,8 @@ func FuzzSetCommit(f *testing.F) {
 		"--- # c\napiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: x\nspec:   # c\n  # head\n  stack: dev\n...\n--- |\n  text\n",
 		"apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: x\nspec:\n  commit:\n    0123456789abcdef0123456789abcdef01234567\n  ? branch\n  : main\n",
 		"apiVersion: pulumi.com/v1\u2028kind: Stack\u2028metadata:\u2028  name: x\u2028spec:\u2028  branch: main\u2028",
+		"a: b\n...\n%YAML 1.1\n---\napiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: app\nspec:\n  branch: main\n...\n%TAG ! tag:x,2000:\n--- !x\nc: d\n",
+		"apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: app\nspec:\n  branch: main\n--- |\n  spec:\n  branch: x\n",
 		"a: &a b\n---\napiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: x\nspec:\n  commit: \"01\\\n   23\"\n  branch: 'it''s' # c\n",
 	} {
 		f.Add([]byte(s))
