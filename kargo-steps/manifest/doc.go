@@ -12,6 +12,15 @@
 // mode); an edit it cannot make exactly is an error that says how to fix the
 // manifest, never a reformatted file.
 //
+// The commit keeps the quoting of the value it replaces. A missing spec.commit
+// takes spec.branch's line when there is one, and otherwise becomes spec's
+// first field, at the indentation and with the line ending spec's fields use.
+// A SHA that YAML would read as a number (all digits, say) is written
+// double-quoted. The target matches a Stack by metadata.name, and by
+// metadata.namespace when both give one; no match wraps ErrNoMatch, several
+// wrap ErrAmbiguous, and both list the Stacks found (name, namespace, file,
+// document).
+//
 // Lint reports, for every Stack found, whether the open-source Kargo
 // yaml-update step could edit it and, when not, why. yaml-update parses only
 // the first document of a file, looks up an existing scalar and replaces the
@@ -26,7 +35,8 @@
 // outside the directory is read or written. A file that does not parse is an
 // error naming it when its bytes mention both "pulumi.com" and "Stack" (it may
 // hold the Stack looked for, or a second one of the same name); otherwise it is
-// skipped (Helm templates and the like) and reported in Result.Skipped.
+// skipped (Helm templates and the like) and, by SetCommit, reported in
+// Result.Skipped.
 // Only top-level documents are looked at: a Stack inside a kind: List is not
 // found.
 //

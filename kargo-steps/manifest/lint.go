@@ -14,8 +14,9 @@ type Finding struct {
 	Name      string
 	Namespace string
 	// Editable says whether Kargo's yaml-update step can pin this Stack:
-	// the Stack is the first document of its file, spec.commit exists as a
-	// plain or quoted scalar and spec.branch is absent.
+	// the Stack is the first document of its file, spec is a block mapping,
+	// spec.commit exists as a non-empty plain or quoted scalar on one line
+	// and spec.branch is absent.
 	Editable bool
 	Reasons  []string // why not, when not Editable
 	// Warnings are what yaml-update would change besides the commit in an
