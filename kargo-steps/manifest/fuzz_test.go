@@ -179,3 +179,40 @@ func TestSetCommitCombinations(t *testing.T) {
 	}
 	t.Logf("%d combinations", n)
 }
+
+// FuzzSetCommitSpec fuzzes only the body of spec, inside a valid Stack in a
+// multi-document file, so that more inputs reach the edit; the properties are
+// FuzzSetCommit's.
+func FuzzSetCommitSpec(f *testing.F) {
+	syncWrites = false
+	f.Cleanup(func() { syncWrites = true })
+	for _, s := range []string{
+		"  commit: " + oldSHA + " # c\n  branch: main\n",
+		"  # head\n  branch: \"main\" # c\n  # foot\n\n  stack: dev\n",
+		"    stack: dev\n    envRefs:\n      A: {type: Env}\n",
+		"  commit: '" + oldSHA + "'\n  ? x\n  : y\n",
+		"  commit:\n  branch:\n",
+	} {
+		f.Add([]byte(s), uint8(0))
+		f.Add([]byte(s), uint8(7))
+	}
+	program := "apiVersion: pulumi.com/v1\nkind: Program\nmetadata:\n  name: p\nprogram:\n  resources: {}\n"
+	f.Fuzz(func(t *testing.T, spec []byte, shape uint8) {
+		stack := "apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: app\nspec:\n" + string(spec)
+		var data string
+		switch shape % 4 {
+		case 0:
+			data = stack
+		case 1:
+			data = program + "---\n" + stack
+		case 2:
+			data = stack + "\n---\n" + program
+		case 3:
+			data = "---\n" + program + "---\n" + stack + "\n...\n---\n" + program
+		}
+		if shape&4 != 0 {
+			data = strings.ReplaceAll(data, "\n", "\r\n")
+		}
+		checkSetCommit(t, []byte(data))
+	})
+}
