@@ -113,3 +113,21 @@ func TestWaitStep(t *testing.T) {
 		t.Fatalf("exit %d, output %v: %s", code, out, log)
 	}
 }
+
+func TestSetCommitStep(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "web.yaml")
+	manifest := "apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: web\nspec:\n  stack: web\n  projectRepo: https://example.com/infra.git\n  branch: main\n"
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sha := "0123456789abcdef0123456789abcdef01234567"
+	// No namespace in the config: the variable is empty, the flag unset.
+	code, out, log := run(t, steps(t)["stackflow-set-commit"], map[string]string{"path": dir, "stack": "web", "commit": sha})
+	if code != cli.ExitOK || out["changed"] != true || out["commit"] != sha || out["branchRemoved"] != true {
+		t.Fatalf("exit %d, output %v: %s", code, out, log)
+	}
+	if b, _ := os.ReadFile(file); !strings.Contains(string(b), "commit: "+sha) || strings.Contains(string(b), "branch:") {
+		t.Fatalf("file:\n%s", b)
+	}
+}

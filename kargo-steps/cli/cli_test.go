@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const sha = "0123456789abcdef0123456789abcdef01234567"
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func write(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const tracking = `apiVersion: pulumi.com/v1
+kind: Stack
+metadata:
+  name: web
+  namespace: dev
+spec:
+  stack: web
+  projectRepo: https://example.com/infra.git
+  branch: main # followed until pinned
+`
+
+func TestSetCommitCommand(t *testing.T) {
+	dir := t.TempDir()
+	file := write(t, dir, "stacks/web.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n---\n"+tracking)
+	out := filepath.Join(t.TempDir(), "out.json")
+	t.Setenv(OutputEnv, out)
+	code, stdout, stderr := runCLI(t, "set-commit", "--dir", dir, "--stack", "web", "--commit", strings.ToUpper(sha))
+	if code != ExitOK || !strings.Contains(stdout, "spec.branch removed") {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	b, _ := os.ReadFile(file)
+	if !strings.Contains(string(b), "commit: "+sha) || strings.Contains(string(b), "branch:") || !strings.HasPrefix(string(b), "apiVersion: v1\nkind: ConfigMap") {
+		t.Fatalf("file:\n%s", b)
+	}
+	var o SetCommitOutput
+	if raw, err := os.ReadFile(out); err != nil || json.Unmarshal(raw, &o) != nil || !o.Changed || o.File != "stacks/web.yaml" || o.Document != 2 || !o.BranchRemoved {
+		t.Fatalf("output %s (%v)", raw, err)
+	}
+	// Again: nothing to change, exit 0, file untouched.
+	if code, stdout, _ := runCLI(t, "set-commit", "--dir", dir, "--stack", "web", "--commit", sha); code != ExitOK || !strings.Contains(stdout, "nothing changed") {
+		t.Fatalf("second run: %d %s", code, stdout)
+	}
+	for _, tt := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"--dir", dir, "--stack", "web", "--commit", "abc1234"}, ExitFailed, "40"},
+		{[]string{"--dir", dir, "--stack", "api", "--commit", sha}, ExitFailed, "web"},
+		{[]string{"--dir", dir, "--commit", sha}, ExitUsage, "required"},
+		{[]string{"--dir", dir, "--stack", "web", "--commit", sha, "extra"}, ExitUsage, "unexpected"},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"set-commit"}, tt.args...)...)
+		if code != tt.code || !strings.Contains(stdout+stderr, tt.msg) {
+			t.Errorf("%v: exit %d: %s%s", tt.args, code, stdout, stderr)
+		}
+	}
+}
+
+// Flags come from STACKFLOW_KARGO_* variables; the command line wins.
+func TestFlagsFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	file := write(t, dir, "web.yaml", tracking)
+	t.Setenv(EnvName("dir"), dir)
+	t.Setenv(EnvName("stack"), "nope")
+	t.Setenv(EnvName("commit"), sha)
+	if code, stdout, stderr := runCLI(t, "set-commit", "--stack", "web"); code != ExitOK {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	if b, _ := os.ReadFile(file); !strings.Contains(string(b), sha) {
+		t.Fatalf("file:\n%s", b)
+	}
+	t.Setenv(EnvName("timeout"), "soon")
+	if code, _, stderr := runCLI(t, "wait"); code != ExitUsage || !strings.Contains(stderr, EnvName("timeout")) {
+		t.Fatalf("a bad environment value: exit %d: %s", code, stderr)
+	}
+}
+
+func TestLintCommand(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "dev.yaml", strings.Replace(tracking, "branch: main # followed until pinned", "commit: "+sha, 1))
+	if code, stdout, stderr := runCLI(t, "lint", "--dir", dir); code != ExitOK || !strings.Contains(stdout, "ok    Stack dev/web in dev.yaml (document 1): stackFile=dev.yaml") {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	write(t, dir, "prod.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n---\n"+strings.Replace(tracking, "namespace: dev", "namespace: prod", 1))
+	code, stdout, _ := runCLI(t, "lint", "--dir", dir)
+	if code != ExitFailed || !strings.Contains(stdout, "FAIL  Stack prod/web in prod.yaml (document 2)") || !strings.Contains(stdout, "1 of 2 Stacks") {
+		t.Fatalf("exit %d: %s", code, stdout)
+	}
+	if code, _, stderr := runCLI(t, "lint", "--dir", t.TempDir()); code != ExitFailed || !strings.Contains(stderr, "no Stack manifest") {
+		t.Fatalf("empty dir: exit %d %s", code, stderr)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	if code, _, stderr := runCLI(t); code != ExitUsage || !strings.Contains(stderr, "set-commit") {
+		t.Fatalf("no args: %d %s", code, stderr)
+	}
+	if code, _, _ := runCLI(t, "frobnicate"); code != ExitUsage {
+		t.Fatalf("unknown command: %d", code)
+	}
+	if code, _, stderr := runCLI(t, "wait", "-h"); code != ExitOK || !strings.Contains(stderr, "--token-file") && !strings.Contains(stderr, "-token-file") {
+		t.Fatalf("wait -h: %d %s", code, stderr)
+	}
+	if code, stdout, _ := runCLI(t, "version"); code != ExitOK || !strings.HasPrefix(stdout, "stackflow-kargo ") {
+		t.Fatalf("version: %d %s", code, stdout)
+	}
+}
