@@ -55,7 +55,7 @@ func TestKargoPromotion(t *testing.T) {
 	program := gitrepo.New(t)
 	good := program.Commit(t, "v1", map[string]string{"Pulumi.yaml": program1})
 	better := program.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(program1, "content: v1", "content: v2", 1)})
-	broken := program.Commit(t, "v3 fails", map[string]string{"Pulumi.yaml": strings.Replace(program1, `default: ""`, `default: create`, 1)})
+	broken := program.Commit(t, "v3 fails", map[string]string{"Pulumi.yaml": strings.Replace(program1, `default: ""`, `default: always`, 1)})
 
 	repo := gitrepo.New(t)
 	repo.Commit(t, "stacks at v1", manifests(w.ns, program.URL(), good))
