@@ -61,7 +61,11 @@ type Info struct {
 }
 
 // Section renders one stack's section of the PR comment.
+//
+// The key is made valid UTF-8 (invalid bytes become U+FFFD); KeyOf returns
+// the key as the section carries it.
 func Section(r result.Result, o SectionOptions) string {
+	r.Key = strings.ToValidUTF8(r.Key, "\uFFFD")
 	var b strings.Builder
 	line := func(s string) { b.WriteString(s); b.WriteByte('\n') }
 

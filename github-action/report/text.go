@@ -9,7 +9,7 @@ import (
 
 // ansiRE matches ANSI escape sequences: CSI (colours, cursor moves), OSC
 // (titles, hyperlinks; ended by BEL or ST) and the two-byte escapes.
-var ansiRE = regexp.MustCompile("\x1b\\[[0-?]*[ -/]*[@-~]|\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b[@-Z\\\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+var ansiRE = regexp.MustCompile("\x1b\\[[0-?]*[ -/]*[@-~]|\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?|\x1b[@-Z\\\\-_]|\u009b[0-?]*[ -/]*[@-~]")
 
 // StripANSI removes ANSI escape sequences, carriage returns and other
 // control characters (keeping newlines and tabs) and replaces invalid UTF-8.
