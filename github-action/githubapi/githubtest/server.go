@@ -82,9 +82,21 @@ func New(t interface{ Cleanup(func()) }) *Server {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /user", s.getUser)
-	mux.HandleFunc("GET /repos/{owner}/{repo}/issues/{number}/comments", s.listComments)
+	// GET .../issues/{number}/comments and GET .../issues/comments/{id}
+	// overlap as patterns; one route tells them apart.
+	mux.HandleFunc("GET /repos/{owner}/{repo}/issues/{a}/{b}", func(w http.ResponseWriter, r *http.Request) {
+		switch a, b := r.PathValue("a"), r.PathValue("b"); {
+		case a == "comments":
+			r.SetPathValue("id", b)
+			s.getComment(w, r)
+		case b == "comments":
+			r.SetPathValue("number", a)
+			s.listComments(w, r)
+		default:
+			writeError(w, http.StatusNotFound, "Not Found")
+		}
+	})
 	mux.HandleFunc("POST /repos/{owner}/{repo}/issues/{number}/comments", s.createComment)
-	mux.HandleFunc("GET /repos/{owner}/{repo}/issues/comments/{id}", s.getComment)
 	mux.HandleFunc("PATCH /repos/{owner}/{repo}/issues/comments/{id}", s.editComment)
 	mux.HandleFunc("DELETE /repos/{owner}/{repo}/issues/comments/{id}", s.deleteComment)
 	mux.HandleFunc("POST /repos/{owner}/{repo}/statuses/{sha}", s.createStatus)
