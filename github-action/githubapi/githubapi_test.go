@@ -119,6 +119,8 @@ func TestConcurrentJobs(t *testing.T) {
 					t.Fatalf("job %s: %v", jobs[i], err)
 				}
 			}
+			reqs := srv.Requests()
+			t.Logf("%d requests, %d edits, %d creates, %d deletes", len(reqs), count(reqs, "PATCH "), count(reqs, "POST "), count(reqs, "DELETE "))
 			cs := srv.Comments("acme", "infra", 9)
 			if len(cs) != 1 {
 				t.Fatalf("%d comments, want 1", len(cs))
@@ -339,4 +341,14 @@ func TestNoSecretAdded(t *testing.T) {
 			t.Errorf("masked error missing:\n%s", cm.Body)
 		}
 	}
+}
+
+func count(reqs []string, prefix string) int {
+	n := 0
+	for _, r := range reqs {
+		if strings.HasPrefix(r, prefix) {
+			n++
+		}
+	}
+	return n
 }
