@@ -9,12 +9,12 @@ import (
 
 func TestStripANSI(t *testing.T) {
 	for in, want := range map[string]string{
-		"\x1b[1;32mgreen\x1b[0m":                      "green",
+		"\x1b[1;32mgreen\x1b[0m":                     "green",
 		"\x1b]8;;https://x.test\x07link\x1b]8;;\x07": "link",
-		"\x1b]0;title\x1b\\text":                      "text",
-		"a\rb\x00c\td\n":                              "abc\td\n",
-		"bad \xff byte":                               "bad \uFFFD byte",
-		"\u009b31mred":                                "red",
+		"\x1b]0;title\x1b\\text":                     "text",
+		"a\rb\x00c\td\n":                             "abc\td\n",
+		"bad \xff byte":                              "bad \uFFFD byte",
+		"\u009b31mred":                               "red",
 	} {
 		if got := StripANSI(in); got != want {
 			t.Errorf("StripANSI(%q) = %q, want %q", in, got, want)
