@@ -60,6 +60,9 @@ func (c *Client) UpsertSection(ctx context.Context, repo string, pr int, o repor
 		}
 		want[info.Key] = info.Digest
 	}
+	if o.Limit <= 0 || o.Limit > report.MaxCommentLen {
+		o.Limit = report.MaxCommentLen
+	}
 	me, err := c.identity(ctx)
 	if err != nil {
 		return "", err
@@ -114,6 +117,9 @@ func (c *Client) upsertOnce(ctx context.Context, owner, name string, pr int, me 
 	body, err := report.Comment(existing, sections, o)
 	if err != nil {
 		return "", false, err
+	}
+	if n := report.Len(body); n > report.MaxCommentLen { // report.Comment guarantees not; never send one
+		return "", false, &BodyTooLongError{Op: "merge comment", Length: n, Message: "not sent: over GitHub's limit"}
 	}
 	if target == nil {
 		created, _, err := c.gh.Issues.CreateComment(ctx, owner, name, pr, &github.IssueComment{Body: github.String(body)})

@@ -346,7 +346,11 @@ func Comment(existing string, sections []string, o CommentOptions) (string, erro
 		for i := range order {
 			order[i] = i
 		}
-		sort.SliceStable(order, func(a, b int) bool { return Len(rendered[order[a]]) > Len(rendered[order[b]]) })
+		lens := make([]int, len(ps))
+		for i, r := range rendered {
+			lens[i] = Len(r)
+		}
+		sort.SliceStable(order, func(a, b int) bool { return lens[order[a]] > lens[order[b]] })
 		for _, i := range order {
 			rendered[i] = ps[i].render(mode, 0, o.SummaryURL)
 			if body := assemble(true); Len(body) <= o.Limit {
