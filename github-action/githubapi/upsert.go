@@ -54,7 +54,7 @@ func (c *Client) UpsertSection(ctx context.Context, repo string, pr int, o repor
 	}
 	want := map[string]string{}
 	for _, s := range sections {
-		info, err := report.KeyOf(s)
+		info, err := report.ParseSection(s)
 		if err != nil {
 			return "", err
 		}

@@ -87,8 +87,8 @@ func Find(body, key string) (Parsed, bool) {
 	return Parsed{}, false
 }
 
-// KeyOf returns a rendered section's key and data.
-func KeyOf(section string) (Info, error) {
+// ParseSection returns a rendered section's data (its key, status, counts, digest).
+func ParseSection(section string) (Info, error) {
 	p, err := parseSection(section)
 	if err != nil {
 		return Info{}, err

@@ -62,7 +62,7 @@ type Info struct {
 
 // Section renders one stack's section of the PR comment.
 //
-// The key is made valid UTF-8 (invalid bytes become U+FFFD); KeyOf returns
+// The key is made valid UTF-8 (invalid bytes become U+FFFD); ParseSection returns
 // the key as the section carries it.
 func Section(r result.Result, o SectionOptions) string {
 	r.Key = strings.ToValidUTF8(r.Key, "\uFFFD")

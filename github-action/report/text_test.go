@@ -31,7 +31,7 @@ func TestLen(t *testing.T) {
 func TestKeyRoundTrip(t *testing.T) {
 	for _, k := range []string{`a--b`, `q"uote`, "new\nline", "<!-- x -->", "a&amp;b", "---"} {
 		s := Section(result.Result{Key: k, Status: result.Succeeded}, SectionOptions{})
-		info, err := KeyOf(s)
+		info, err := ParseSection(s)
 		if err != nil || info.Key != k {
 			t.Errorf("key %q: got %q, %v", k, info.Key, err)
 		}
