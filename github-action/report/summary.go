@@ -58,7 +58,7 @@ func Summary(results []result.Result, o SummaryOptions) string {
 	stacks := make([]stack, len(rs))
 	for i, r := range rs {
 		var pre strings.Builder
-		pre.WriteString("\n" + header(r, o.RunURL) + "\n\n")
+		pre.WriteString(header(r, o.RunURL) + "\n\n")
 		if r.Project != "" || r.Stack != "" {
 			pre.WriteString("Pulumi stack " + Text(r.Project+"/"+r.Stack))
 			if r.Source != "" {
@@ -147,7 +147,7 @@ func Summary(results []result.Result, o SummaryOptions) string {
 		b.WriteString("\n" + topNotice)
 	}
 	for _, s := range stacks {
-		b.WriteString(s.pre + cut(s.rows) + s.mid + cut(s.output) + s.post)
+		b.WriteString("\n" + strings.TrimRight(s.pre+cut(s.rows)+s.mid+cut(s.output)+s.post, "\n") + "\n")
 	}
 	out := b.String()
 	if len(out) > o.Limit { // fixed text alone is too long: last resort
