@@ -28,6 +28,9 @@
 //     other, as the CLI's summary does); Resources are the engine's resource
 //     steps other than same and refresh, one per URN (a replacement's
 //     create-replacement and delete-replaced steps fold into its replace).
+//   - Output is the CLI's preview output with the property-level diff
+//     (pulumi preview --diff: each changed property's old and new value,
+//     secrets shown as [secret] by the engine); Options.NoDiff leaves it out.
 //   - A Request with Skip set runs nothing and gives a Skipped result; one
 //     with Err set gives a Failed result: planners (the manifests mode) hand
 //     every stack to Run, so all results come out in one list, in order.

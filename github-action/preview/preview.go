@@ -81,6 +81,10 @@ type Options struct {
 	Mask func(string)
 	// Env is added to every request's environment (Request.Env wins).
 	Env map[string]string
+	// NoDiff leaves out the property-level diff (pulumi preview --diff)
+	// from the Output, which otherwise shows each changed property's old
+	// and new values (secrets as [secret]).
+	NoDiff bool
 }
 
 // Run previews each request with the pulumi CLI on PATH; see Options.Run.
@@ -274,6 +278,9 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 	opts := []optpreview.Option{optpreview.ProgressStreams(&stdout), optpreview.EventStreams(evs), optpreview.SuppressProgress()}
 	if r.Refresh {
 		opts = append(opts, optpreview.Refresh())
+	}
+	if !o.NoDiff {
+		opts = append(opts, optpreview.Diff())
 	}
 	pr, perr := stack.Preview(ctx, opts...)
 	var c collector
