@@ -24,8 +24,8 @@ type Change struct {
 	Base, Head *pulumiv1.Stack
 	// BaseCommit and HeadCommit are the manifests repository's commits.
 	BaseCommit, HeadCommit string
-	Added      bool
-	Removed    bool
+	Added                  bool
+	Removed                bool
 	// Reasons say what changed: spec fields ("commit", "config", …) and
 	// referenced objects ("ConfigMap dev/web-config key replicas",
 	// "Program dev/app").
