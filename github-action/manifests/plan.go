@@ -1,0 +1,372 @@
+package manifests
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/stackflow-io/stackflow/github-action/preview"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+)
+
+// PlanOptions configure Plan.
+type PlanOptions struct {
+	// GitToken authenticates clones of https:// program repositories (HTTP
+	// basic auth x-access-token:<token>, as GitHub expects). It is passed to
+	// git through its environment, never on a command line, and masked in
+	// errors and results.
+	GitToken string
+	// TempDir is where program repositories are cloned ("" for the
+	// system's temporary directory).
+	TempDir string
+	// Env is added to every request's environment.
+	Env map[string]string
+}
+
+// Unresolved starts the Note of each input CI cannot resolve.
+const Unresolved = "Unresolved in CI: "
+
+// Plan prepares the preview of a changed Stack: the program repository
+// cloned at the Stack's head commit (or its branch's head) into a temporary
+// directory, with the Stack's configuration, and Notes for everything the
+// preview cannot take into account. cleanup removes the clone; it is never
+// nil and may be called more than once.
+//
+// Configuration: spec.config values are typed JSON, set as such (strings as
+// strings; numbers, booleans, objects and arrays keep their type, the whole
+// value under its key, never as property paths); spec.secrets literals and
+// Literal secretsRef values are set as secrets; configRef values come from
+// the ConfigMaps of tree (the head commit's), in the Stack's namespace,
+// parsed as JSON when the reference says json: true. Environment: Literal
+// envRefs and envs ConfigMaps found in tree. spec.backend and spec.refresh
+// are honoured.
+//
+// Not resolvable in CI, and so listed in Notes (starting Unresolved): Secret,
+// Env and FS references (secretsRef, envRefs, gitAuth is replaced by
+// GitToken), envSecrets, ConfigMaps not in tree, ESC environments,
+// accessTokenSecret. A Stack whose program CI cannot get (fluxSource, a
+// programRef Program not in tree, no source) and a removed Stack give a
+// Request with Skip set and a Note. A Stack with spec.preview gets a Note
+// and is previewed.
+//
+// On error (a clone that failed), the returned Request still names the
+// stack and carries the error in Err, so preview.Run reports it as Failed.
+func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Request, func(), error) {
+	noop := func() {}
+	req := preview.Request{Key: c.Key, Source: source(c, "")}
+	if o.GitToken != "" {
+		req.Masks = append(req.Masks, o.GitToken, basicAuth(o.GitToken))
+	}
+	if c.Removed || c.Head == nil {
+		req.Stack = c.Base.Spec.Stack
+		req.Skip = true
+		req.Notes = append(req.Notes, fmt.Sprintf("Stack %s was removed from the manifests (%s): nothing to preview. Deleting the Stack object destroys the stack's resources only with spec.destroyOnFinalize (%v at base).", c.Key, c.File, c.Base.Spec.DestroyOnFinalize))
+		return req, noop, nil
+	}
+	s := c.Head
+	req.Stack = s.Spec.Stack
+	req.Backend = s.Spec.Backend
+	req.Refresh = s.Spec.Refresh
+	req.Config = map[string]preview.ConfigValue{}
+	req.Env = map[string]string{}
+	for k, v := range o.Env {
+		req.Env[k] = v
+	}
+	var notes []string
+	unresolved := func(format string, a ...any) { notes = append(notes, Unresolved+fmt.Sprintf(format, a...)) }
+	if s.Spec.Preview {
+		notes = append(notes, "spec.preview is true: the operator only previews this Stack, so merging changes no infrastructure.")
+	}
+
+	for _, k := range sortedKeys(s.Spec.Config) {
+		req.Config[k] = preview.ConfigValue{Value: string(s.Spec.Config[k].Raw), JSON: true}
+	}
+	for _, k := range sortedKeys(s.Spec.ConfigRef) {
+		ref := s.Spec.ConfigRef[k]
+		cmKey := key(s.Namespace, ref.Name)
+		v, ok := configMapValue(tree, cmKey, ref.Key)
+		if !ok {
+			unresolved("configRef %s: ConfigMap %s (key %s) is not in the manifests; the preview runs without it.", k, cmKey, ref.Key)
+			continue
+		}
+		req.Config[k] = preview.ConfigValue{Value: v, JSON: ref.JSON != nil && *ref.JSON}
+	}
+	for _, k := range sortedKeys(s.Spec.Secrets) {
+		req.Config[k] = preview.ConfigValue{Value: s.Spec.Secrets[k], Secret: true}
+	}
+	for _, k := range sortedKeys(s.Spec.SecretRefs) {
+		ref := s.Spec.SecretRefs[k]
+		if ref.SelectorType == pulumiv1.ResourceSelectorLiteral && ref.LiteralRef != nil {
+			req.Config[k] = preview.ConfigValue{Value: ref.LiteralRef.Value, Secret: true}
+			continue
+		}
+		unresolved("secretsRef %s (%s): the preview runs without it (the stack's stored value, if any, applies).", k, describeRef(ref))
+	}
+	for _, k := range sortedKeys(s.Spec.EnvRefs) {
+		ref := s.Spec.EnvRefs[k]
+		if ref.SelectorType == pulumiv1.ResourceSelectorLiteral && ref.LiteralRef != nil {
+			req.Env[k] = ref.LiteralRef.Value
+			continue
+		}
+		unresolved("envRefs %s (%s): the preview runs without it.", k, describeRef(ref))
+	}
+	for _, name := range s.Spec.Envs {
+		cm := tree.ConfigMaps[key(s.Namespace, name)]
+		if cm == nil {
+			unresolved("envs: ConfigMap %s is not in the manifests; the preview runs without its variables.", key(s.Namespace, name))
+			continue
+		}
+		for k, v := range cm.Data {
+			req.Env[k] = v
+		}
+	}
+	for _, name := range s.Spec.SecretEnvs {
+		unresolved("envSecrets: Secret %s; the preview runs without its variables.", key(s.Namespace, name))
+	}
+	if s.Spec.AccessTokenSecret != "" {
+		unresolved("accessTokenSecret %s: the preview uses the action's Pulumi credentials.", s.Spec.AccessTokenSecret)
+	}
+	for _, e := range s.Spec.Environment {
+		unresolved("environment %s (Pulumi ESC): the preview runs without it.", e)
+	}
+
+	skip := func(note string) (preview.Request, func(), error) {
+		req.Skip = true
+		req.Notes = append(notes, note)
+		return req, noop, nil
+	}
+	g := git0(s)
+	switch {
+	case s.Spec.FluxSource != nil:
+		ref := s.Spec.FluxSource.SourceRef
+		return skip(Unresolved + fmt.Sprintf("fluxSource %s %s: CI cannot fetch a Flux artifact, so nothing was previewed.", ref.Kind, key(s.Namespace, ref.Name)))
+	case s.Spec.ProgramRef != nil:
+		pk := key(s.Namespace, s.Spec.ProgramRef.Name)
+		p := tree.Programs[pk]
+		if p == nil {
+			return skip(Unresolved + fmt.Sprintf("programRef: Program %s is not in the manifests, so nothing was previewed.", pk))
+		}
+		dir, err := os.MkdirTemp(o.TempDir, "stackflow-program-")
+		if err != nil {
+			return failPlan(req, notes, err)
+		}
+		cleanup := func() { _ = os.RemoveAll(dir) }
+		b, err := renderProgram(p)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), b, 0o644)
+		}
+		if err != nil {
+			cleanup()
+			return failPlan(req, notes, fmt.Errorf("write Program %s: %w", pk, err))
+		}
+		req.WorkDir = dir
+		req.Source = source(c, "")
+		req.Notes = notes
+		return req, cleanup, nil
+	case g.ProjectRepo == "":
+		return skip("The Stack names no program source (projectRepo, programRef or fluxSource), so nothing was previewed.")
+	}
+
+	dir, err := os.MkdirTemp(o.TempDir, "stackflow-clone-")
+	if err != nil {
+		return failPlan(req, notes, err)
+	}
+	cleanup := func() { _ = os.RemoveAll(dir) }
+	sha, err := clone(ctx, g.ProjectRepo, g.Commit, g.Branch, dir, o.GitToken)
+	if err != nil {
+		cleanup()
+		return failPlan(req, notes, err)
+	}
+	work := filepath.Join(dir, filepath.FromSlash(strings.Trim(g.RepoDir, "/")))
+	if rel, err := filepath.Rel(dir, work); err != nil || strings.HasPrefix(rel, "..") {
+		cleanup()
+		return failPlan(req, notes, fmt.Errorf("repoDir %q leaves the repository", g.RepoDir))
+	}
+	if _, err := os.Stat(work); err != nil {
+		cleanup()
+		return failPlan(req, notes, fmt.Errorf("repoDir %q is not in %s at %s", g.RepoDir, redactURL(g.ProjectRepo), short(sha)))
+	}
+	req.WorkDir = work
+	req.Source = source(c, sha)
+	req.Notes = notes
+	return req, cleanup, nil
+}
+
+// PlanAll plans every change (see Plan), errors included as Requests with
+// Err, in the changes' order; cleanup removes all clones.
+func PlanAll(ctx context.Context, changes []Change, tree Tree, o PlanOptions) ([]preview.Request, func()) {
+	var reqs []preview.Request
+	var cleanups []func()
+	for _, c := range changes {
+		r, cl, _ := Plan(ctx, c, tree, o)
+		reqs = append(reqs, r)
+		cleanups = append(cleanups, cl)
+	}
+	return reqs, func() {
+		for _, cl := range cleanups {
+			cl()
+		}
+	}
+}
+
+func failPlan(req preview.Request, notes []string, err error) (preview.Request, func(), error) {
+	for _, m := range req.Masks {
+		err = errors.New(strings.ReplaceAll(err.Error(), m, preview.SecretMask))
+	}
+	req.Err = err
+	req.Notes = notes
+	return req, func() {}, err
+}
+
+// source is "Stack dev/web (stacks/dev.yaml): commit 1a2b3c4 → 5d6e7f8";
+// headSHA is the commit a branch resolved to.
+func source(c Change, headSHA string) string {
+	prefix := fmt.Sprintf("Stack %s (%s): ", c.Key, c.File)
+	if c.Removed {
+		return prefix + "removed"
+	}
+	head := describeSource(c.Head, headSHA)
+	if c.Added || c.Base == nil {
+		return prefix + "new, " + head
+	}
+	base := describeSource(c.Base, "")
+	if base != head {
+		if strings.HasPrefix(base, "commit ") && strings.HasPrefix(head, "commit ") {
+			head = strings.TrimPrefix(head, "commit ")
+		}
+		return prefix + base + " → " + head
+	}
+	return prefix + head + " (" + strings.Join(c.Reasons, ", ") + " changed)"
+}
+
+func describeSource(s *pulumiv1.Stack, resolved string) string {
+	g := git0(s)
+	switch {
+	case s.Spec.ProgramRef != nil:
+		return "Program " + s.Spec.ProgramRef.Name
+	case s.Spec.FluxSource != nil:
+		return s.Spec.FluxSource.SourceRef.Kind + " " + s.Spec.FluxSource.SourceRef.Name
+	case g.Commit != "":
+		return "commit " + short(g.Commit)
+	case g.Branch != "":
+		if resolved != "" {
+			return "branch " + g.Branch + " (" + short(resolved) + ")"
+		}
+		return "branch " + g.Branch
+	}
+	return "no source"
+}
+
+func describeRef(r pulumiv1.ResourceRef) string {
+	switch {
+	case r.SelectorType == pulumiv1.ResourceSelectorSecret && r.SecretRef != nil:
+		return fmt.Sprintf("Secret %s key %s", r.SecretRef.Name, r.SecretRef.Key)
+	case r.SelectorType == pulumiv1.ResourceSelectorEnv && r.Env != nil:
+		return "the operator's environment variable " + r.Env.Name
+	case r.SelectorType == pulumiv1.ResourceSelectorFS && r.FileSystem != nil:
+		return "the operator's file " + r.FileSystem.Path
+	}
+	return string(r.SelectorType)
+}
+
+// clone fetches commit (or the head of branch) of repo into dir, shallow,
+// and checks it out; it returns the commit checked out.
+func clone(ctx context.Context, repo, commit, branch, dir, token string) (string, error) {
+	env := append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1")
+	if u, err := url.Parse(repo); err == nil && token != "" && (u.Scheme == "https" || u.Scheme == "http") {
+		// Scoped to the repository's host; in the environment, not argv.
+		env = append(env, "GIT_CONFIG_COUNT=1",
+			"GIT_CONFIG_KEY_0=http."+u.Scheme+"://"+u.Host+"/.extraHeader",
+			"GIT_CONFIG_VALUE_0=Authorization: Basic "+basicAuth(token))
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = dir
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			msg := strings.TrimSpace(string(out))
+			if token != "" {
+				msg = strings.ReplaceAll(strings.ReplaceAll(msg, token, preview.SecretMask), basicAuth(token), preview.SecretMask)
+			}
+			return "", fmt.Errorf("git %s: %v: %s", args[0], err, msg)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	if _, err := run("init", "-q"); err != nil {
+		return "", err
+	}
+	if _, err := run("remote", "add", "origin", repo); err != nil {
+		return "", err
+	}
+	ref := commit
+	if ref == "" {
+		ref = "refs/heads/" + strings.TrimPrefix(branch, "refs/heads/")
+	}
+	if _, err := run("fetch", "-q", "--depth=1", "origin", ref); err != nil {
+		if commit == "" {
+			return "", fmt.Errorf("fetch branch %s of %s: %w", branch, redactURL(repo), err)
+		}
+		// A server that refuses to serve a commit by ID: fetch everything.
+		if _, err2 := run("fetch", "-q", "origin"); err2 != nil {
+			return "", fmt.Errorf("fetch commit %s of %s: %w", short(commit), redactURL(repo), err)
+		}
+	}
+	target := "FETCH_HEAD"
+	if commit != "" {
+		target = commit
+	}
+	if _, err := run("-c", "advice.detachedHead=false", "checkout", "-q", target); err != nil {
+		return "", fmt.Errorf("check out %s of %s: %w", short(target), redactURL(repo), err)
+	}
+	return run("rev-parse", "HEAD")
+}
+
+func basicAuth(token string) string {
+	return base64.StdEncoding.EncodeToString([]byte("x-access-token:" + token))
+}
+
+// redactURL drops credentials from a URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	u.User = nil
+	return u.String()
+}
+
+// renderProgram renders a Program as the operator does: name and the yaml
+// runtime, then the program's sections.
+func renderProgram(p *pulumiv1.Program) ([]byte, error) {
+	head, err := yaml.Marshal(map[string]string{"name": p.Name, "runtime": "yaml"})
+	if err != nil {
+		return nil, err
+	}
+	body, err := yaml.Marshal(p.Program)
+	if err != nil {
+		return nil, err
+	}
+	if string(body) == "{}\n" {
+		return head, nil
+	}
+	return append(head, body...), nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

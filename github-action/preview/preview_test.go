@@ -1,0 +1,183 @@
+package preview
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+
+	"github.com/stackflow-io/stackflow/github-action/result"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
+)
+
+// program writes a record named and filled by configuration; "settings" is
+// structured configuration shown as an output.
+const program = `name: previewtest
+runtime: yaml
+config:
+  recordName:
+    type: string
+  content:
+    type: string
+  settings:
+    default: {}
+resources:
+  rec:
+    type: stackflowtest:index:Record
+    properties:
+      name: ${recordName}
+      content: ${content}
+outputs:
+  settings: ${settings}
+`
+
+func writeProgram(t testing.TB, src string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// deploy brings a stack up with plain string configuration.
+func deploy(t testing.TB, pe *substrate.Pulumi, dir, stack string, cfg map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := auto.UpsertStackLocalSource(ctx, stack, dir, auto.Pulumi(pe.Command(t)), auto.EnvVars(pe.EnvVars()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range cfg {
+		if err := s.SetConfig(ctx, k, auto.ConfigValue{Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Up(ctx); err != nil {
+		t.Fatalf("up %s: %v", stack, err)
+	}
+}
+
+// TestRunProgramMode previews three stacks of one program: an existing one
+// whose record's content changes, one that does not exist yet, and one
+// whose preview fails on a secret value that must not leak.
+func TestRunProgramMode(t *testing.T) {
+	pe := substrate.NewPulumi(t)
+	dir := writeProgram(t, program)
+	deploy(t, pe, dir, "dev", map[string]string{"recordName": "dev-rec", "content": "one"})
+
+	const secret = "not a valid name s3cr3t"
+	reqs := []Request{
+		{WorkDir: dir, Stack: "dev", Source: "program in infra/", Config: map[string]ConfigValue{
+			"recordName": {Value: "dev-rec"}, "content": {Value: "two"},
+			"settings": {Value: `{"replicas":3,"zones":["a","b"]}`, JSON: true},
+		}},
+		{Key: "custom/new", WorkDir: dir, Stack: "organization/previewtest/new", Notes: []string{"given note"}, Config: map[string]ConfigValue{
+			"recordName": {Value: "new-rec"}, "content": {Value: `"quoted"`, JSON: true},
+		}},
+		{WorkDir: dir, Stack: "bad", Config: map[string]ConfigValue{
+			"recordName": {Value: secret, Secret: true}, "content": {Value: "x"},
+		}},
+	}
+	var mu sync.Mutex
+	var masked []string
+	o := Options{PulumiCommand: pe.Command(t), Env: pe.EnvVars(), Mask: func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		masked = append(masked, s)
+	}}
+	rs := o.Run(context.Background(), reqs, 3)
+	if len(rs) != 3 {
+		t.Fatalf("%d results", len(rs))
+	}
+
+	dev := rs[0]
+	if dev.Status != result.Succeeded || dev.Key != "previewtest/dev" || dev.Project != "previewtest" || dev.Source != "program in infra/" {
+		t.Fatalf("dev = %+v", dev)
+	}
+	if want := (result.Changes{Update: 1, Same: 1}); dev.Changes != want {
+		t.Errorf("dev changes = %+v, want %+v", dev.Changes, want)
+	}
+	if len(dev.Resources) != 1 || dev.Resources[0].Op != "update" || dev.Resources[0].Type != "stackflowtest:index:Record" || dev.Resources[0].Name != "rec" ||
+		!strings.HasSuffix(dev.Resources[0].URN, "::stackflowtest:index:Record::rec") {
+		t.Errorf("dev resources = %+v", dev.Resources)
+	}
+	if !strings.Contains(dev.Output, "replicas") || len(dev.Notes) != 0 {
+		t.Errorf("dev output lacks the structured config output, or notes %q:\n%s", dev.Notes, dev.Output)
+	}
+
+	nw := rs[1]
+	if nw.Status != result.Succeeded || nw.Key != "custom/new" || nw.Stack != "organization/previewtest/new" {
+		t.Fatalf("new = %+v", nw)
+	}
+	if want := (result.Changes{Create: 2}); nw.Changes != want {
+		t.Errorf("new changes = %+v, want %+v", nw.Changes, want)
+	}
+	if len(nw.Resources) != 2 || nw.Resources[0].Type != "pulumi:pulumi:Stack" || nw.Resources[1].Name != "rec" || nw.Resources[1].Op != "create" {
+		t.Errorf("new resources = %+v", nw.Resources)
+	}
+	if len(nw.Notes) != 2 || nw.Notes[0] != "given note" || !strings.Contains(nw.Notes[1], "does not exist in the backend yet") {
+		t.Errorf("new notes = %q", nw.Notes)
+	}
+	ws, err := auto.NewLocalWorkspace(context.Background(), auto.WorkDir(dir), auto.Pulumi(pe.Command(t)), auto.EnvVars(pe.EnvVars()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auto.SelectStack(context.Background(), "new", ws); !auto.IsSelectStack404Error(err) {
+		t.Errorf("the stack created for the preview is still there (select: %v)", err)
+	}
+
+	bad := rs[2]
+	if bad.Status != result.Failed || bad.Key != "previewtest/bad" {
+		t.Fatalf("bad = %+v", bad)
+	}
+	if !strings.Contains(bad.Error, "must match") || !strings.Contains(bad.Error, SecretMask) {
+		t.Errorf("bad error = %q", bad.Error)
+	}
+	for _, s := range []string{bad.Error, bad.Output, dev.Output, nw.Output} {
+		if strings.Contains(s, secret) {
+			t.Errorf("secret leaked: %q", s)
+		}
+	}
+	if len(masked) != 1 || masked[0] != secret {
+		t.Errorf("Mask got %q", masked)
+	}
+}
+
+// TestRunSkipAndErr: requests that run nothing.
+func TestRunSkipAndErr(t *testing.T) {
+	rs := Run(context.Background(), []Request{
+		{Key: "ns/a", Project: "p", Stack: "s", Skip: true, Notes: []string{"removed"}},
+		{Key: "ns/b", Stack: "s", Err: errString("clone failed: token hunter2"), Masks: []string{"hunter2"}},
+	}, 2)
+	if rs[0].Status != result.Skipped || rs[0].Notes[0] != "removed" || rs[0].Key != "ns/a" {
+		t.Errorf("skip = %+v", rs[0])
+	}
+	if rs[1].Status != result.Failed || rs[1].Error != "clone failed: token [secret]" {
+		t.Errorf("err = %+v", rs[1])
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+func TestSecrets(t *testing.T) {
+	r := Request{Config: map[string]ConfigValue{
+		"a": {Value: "abc", Secret: true},
+		"b": {Value: `"abcdef"`, Secret: true, JSON: true},
+		"c": {Value: "plain"},
+		"d": {Value: "line1\nline2", Secret: true},
+	}}
+	got := strings.Join(r.secrets(), ",")
+	if want := `line1\nline2,"abcdef",abcdef,line1,line2,abc`; got != strings.ReplaceAll(want, `\n`, "\n") {
+		t.Errorf("secrets = %q", got)
+	}
+	if m := mask(`x "abcdef" abc`, r.secrets()); m != "x [secret] [secret]" {
+		t.Errorf("mask = %q", m)
+	}
+}
