@@ -1,0 +1,257 @@
+package action
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+
+	"github.com/stackflow-io/stackflow/github-action/githubapi"
+	"github.com/stackflow-io/stackflow/github-action/githubapi/githubtest"
+	"github.com/stackflow-io/stackflow/github-action/inputs"
+	"github.com/stackflow-io/stackflow/github-action/report"
+	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
+)
+
+const program = `name: web
+runtime: yaml
+config:
+  content:
+    type: string
+    default: one
+  failOn:
+    type: string
+    default: ""
+resources:
+  rec:
+    type: stackflowtest:index:Record
+    properties:
+      name: ${pulumi.stack}
+      content: ${content}
+      failOn: ${failOn}
+`
+
+const headSHA = "1111111111111111111111111111111111111111"
+
+// world is a fake GitHub, a real Pulumi environment and a runner's
+// variables.
+type world struct {
+	gh   *githubtest.Server
+	pe   *substrate.Pulumi
+	ws   string
+	dirs struct{ summary, output string }
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{gh: githubtest.New(t), pe: substrate.NewPulumi(t), ws: t.TempDir()}
+	w.gh.AddToken("rw-token", "octobot", false)
+	w.gh.AddToken("fork-token", "octobot", true)
+	return w
+}
+
+func (w *world) config(t *testing.T, mode inputs.Mode, token string) inputs.Config {
+	t.Helper()
+	dir := t.TempDir()
+	return inputs.Config{Mode: mode, WorkDir: "infra", ManifestsDir: "stacks", GitHubToken: token, GitToken: token, Comment: inputs.CommentAlways,
+		StatusChecks: true, Parallel: 2, Repository: "acme/infra", APIURL: w.gh.BaseURL(), ServerURL: "https://github.example", RunID: "77",
+		Workspace: w.ws, StepSummaryFile: filepath.Join(dir, "summary.md"), OutputFile: filepath.Join(dir, "output"), PR: 5, HeadSHA: headSHA, BaseSHA: ""}
+}
+
+func (w *world) run(t *testing.T, c inputs.Config) (int, string) {
+	t.Helper()
+	var log bytes.Buffer
+	code := Run(context.Background(), c, Deps{PulumiCommand: w.pe.Command(t), Env: w.pe.EnvVars(), GitHub: githubapi.Options{Settle: 10 * time.Millisecond}}, &log)
+	return code, log.String()
+}
+
+func outputs(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i < len(lines); i++ {
+		name, delim, ok := strings.Cut(lines[i], "<<")
+		if !ok {
+			continue
+		}
+		var v []string
+		for i++; lines[i] != delim; i++ {
+			v = append(v, lines[i])
+		}
+		out[name] = strings.Join(v, "\n")
+	}
+	return out
+}
+
+// TestProgramMode: two stacks of a program previewed with the real engine;
+// one comment with a section each, edited in place by a second run;
+// statuses on the head SHA; the job summary and outputs written; a failing
+// stack fails the job.
+func TestProgramMode(t *testing.T) {
+	w := newWorld(t)
+	infra := filepath.Join(w.ws, "infra")
+	if err := os.MkdirAll(infra, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(infra, "Pulumi.yaml"), []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"dev", "prod"} {
+		if _, err := auto.UpsertStackLocalSource(ctx, name, infra, auto.Pulumi(w.pe.Command(t)), auto.EnvVars(w.pe.EnvVars())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := w.config(t, inputs.ModeProgram, "rw-token")
+	c.Stacks = []string{"dev", "prod"}
+	code, log := w.run(t, c)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, log)
+	}
+	comments := w.gh.Comments("acme", "infra", 5)
+	if len(comments) != 1 {
+		t.Fatalf("%d comments", len(comments))
+	}
+	first := comments[0]
+	for _, key := range []string{"web/dev", "web/prod"} {
+		if _, ok := report.Find(first.Body, key); !ok {
+			t.Fatalf("no section %s in:\n%s", key, first.Body)
+		}
+	}
+	statuses := w.gh.Statuses("acme", "infra", headSHA)
+	final := map[string]string{}
+	for _, s := range statuses {
+		final[s.Context] = s.State
+	}
+	if final[StatusContextPrefix+"dev"] != "success" || final[StatusContextPrefix+"prod"] != "success" || len(statuses) != 4 {
+		t.Fatalf("statuses %+v", statuses)
+	}
+	out := outputs(t, c.OutputFile)
+	var changes []map[string]any
+	if err := json.Unmarshal([]byte(out["changes"]), &changes); err != nil || len(changes) != 2 || out["has-changes"] != "true" || !strings.Contains(out["comment-url"], "issuecomment") {
+		t.Fatalf("outputs %v (%v)", out, err)
+	}
+	if s, _ := os.ReadFile(c.StepSummaryFile); !strings.Contains(string(s), "stackflowtest:index:Record") {
+		t.Fatalf("summary:\n%s", s)
+	}
+	if strings.Contains(first.Body, "rw-token") {
+		t.Fatal("the comment holds the token")
+	}
+
+	// Second run, prod's configuration now invalid (the provider's check
+	// refuses it, so the preview fails): the same comment is edited; the job
+	// fails; prod's status is failure.
+	if err := os.WriteFile(filepath.Join(infra, "Pulumi.prod.yaml"), []byte("config:\n  web:failOn: bogus\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, log = w.run(t, c)
+	if code != 1 || !strings.Contains(log, "::error::preview of web/prod failed") {
+		t.Fatalf("exit %d:\n%s", code, log)
+	}
+	comments = w.gh.Comments("acme", "infra", 5)
+	if len(comments) != 1 || comments[0].ID != first.ID || comments[0].Body == first.Body {
+		t.Fatalf("comments after the second run: %d (id %d, first %d)", len(comments), comments[0].ID, first.ID)
+	}
+	p, _ := report.Find(comments[0].Body, "web/prod")
+	if p.Info.Status != "failed" {
+		t.Fatalf("prod's section: %+v", p.Info)
+	}
+	final = map[string]string{}
+	for _, s := range w.gh.Statuses("acme", "infra", headSHA) {
+		final[s.Context] = s.State
+	}
+	if final[StatusContextPrefix+"prod"] != "failure" {
+		t.Fatalf("prod's status %q", final[StatusContextPrefix+"prod"])
+	}
+}
+
+// A fork's read-only token: no failure, a warning, the summary written.
+func TestForkTokenDoesNotFail(t *testing.T) {
+	w := newWorld(t)
+	infra := filepath.Join(w.ws, "infra")
+	_ = os.MkdirAll(infra, 0o755)
+	_ = os.WriteFile(filepath.Join(infra, "Pulumi.yaml"), []byte(program), 0o644)
+	if _, err := auto.UpsertStackLocalSource(context.Background(), "dev", infra, auto.Pulumi(w.pe.Command(t)), auto.EnvVars(w.pe.EnvVars())); err != nil {
+		t.Fatal(err)
+	}
+	c := w.config(t, inputs.ModeProgram, "fork-token")
+	c.Stacks = []string{"dev"}
+	code, log := w.run(t, c)
+	if code != 0 || !strings.Contains(log, "::warning::GitHub refused") {
+		t.Fatalf("exit %d:\n%s", code, log)
+	}
+	if s, err := os.ReadFile(c.StepSummaryFile); err != nil || len(s) == 0 {
+		t.Fatal("no job summary")
+	}
+	if n := len(w.gh.Comments("acme", "infra", 5)); n != 0 {
+		t.Fatalf("%d comments", n)
+	}
+}
+
+// TestManifestsMode: a PR advancing a Stack's spec.commit in the manifests
+// repository previews the program at the new commit.
+func TestManifestsMode(t *testing.T) {
+	w := newWorld(t)
+	prog := gitrepo.New(t)
+	v1 := prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})
+	v2 := prog.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(program, "default: one", "default: two", 1)})
+	stack := func(commit string) string {
+		return "apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: web\n  namespace: dev\nspec:\n  stack: dev\n  projectRepo: " + prog.URL() + "\n  commit: " + commit + "\n"
+	}
+	repo := gitrepo.New(t)
+	base := repo.Commit(t, "base", map[string]string{"stacks/dev.yaml": stack(v1), "stacks/other.yaml": strings.Replace(strings.Replace(stack(v1), "name: web", "name: api", 1), "stack: dev", "stack: api", 1)})
+	head := repo.Commit(t, "promote dev", map[string]string{"stacks/dev.yaml": stack(v2)})
+	// dev runs v1 (as the operator would have applied it): the promotion's
+	// preview shows the update v2 makes.
+	checkout := filepath.Join(t.TempDir(), "program")
+	if out, err := exec.Command("git", "clone", "-q", prog.URL(), checkout).CombinedOutput(); err != nil {
+		t.Fatalf("clone: %v %s", err, out)
+	}
+	if out, err := exec.Command("git", "-C", checkout, "checkout", "-q", v1).CombinedOutput(); err != nil {
+		t.Fatalf("checkout: %v %s", err, out)
+	}
+	s, err := auto.UpsertStackLocalSource(context.Background(), "dev", checkout, auto.Pulumi(w.pe.Command(t)), auto.EnvVars(w.pe.EnvVars()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.ws = repo.Work
+	c := w.config(t, inputs.ModeManifests, "rw-token")
+	c.BaseSHA, c.HeadSHA = base, head
+	code, log := w.run(t, c)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, log)
+	}
+	comments := w.gh.Comments("acme", "infra", 5)
+	if len(comments) != 1 {
+		t.Fatalf("%d comments:\n%s", len(comments), log)
+	}
+	p, ok := report.Find(comments[0].Body, "dev/web")
+	if !ok || p.Info.Status != "succeeded" || p.Info.Changes.Update != 1 || p.Info.Changes.Create != 0 {
+		t.Fatalf("section dev/web: %+v\n%s", p.Info, comments[0].Body)
+	}
+	if _, ok := report.Find(comments[0].Body, "dev/api"); ok {
+		t.Fatal("the unchanged Stack was previewed")
+	}
+	var final []string
+	for _, s := range w.gh.Statuses("acme", "infra", head) {
+		final = append(final, s.Context+"="+s.State)
+	}
+	if strings.Join(final, ",") != StatusContextPrefix+"dev/web=pending,"+StatusContextPrefix+"dev/web=success" {
+		t.Fatalf("statuses %v", final)
+	}
+}
