@@ -86,7 +86,9 @@ func (c Config) RunURL() string {
 
 // EnvName is the variable the runner sets for an input: INPUT_ and the name
 // in upper case (dashes kept, as the runner does).
-func EnvName(input string) string { return "INPUT_" + strings.ToUpper(strings.ReplaceAll(input, " ", "_")) }
+func EnvName(input string) string {
+	return "INPUT_" + strings.ToUpper(strings.ReplaceAll(input, " ", "_"))
+}
 
 // Load reads the configuration from the environment (getenv: os.Getenv in
 // production).
