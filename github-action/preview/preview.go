@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -53,6 +54,10 @@ type Request struct {
 	// Backend, when set, is the state backend URL for this stack (a Stack's
 	// spec.backend), overriding PULUMI_BACKEND_URL.
 	Backend string
+	// SecretsProvider is used when the stack must be created for the
+	// preview ("" for the backend's default: passphrase on self-managed
+	// backends, Pulumi Cloud's own on Pulumi Cloud).
+	SecretsProvider string
 	// Refresh refreshes the state before the preview.
 	Refresh bool
 	// Source says, for a person, what is previewed (result.Result.Source).
@@ -107,6 +112,11 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 			}
 		}
 	}
+	var cliErr error
+	if o.PulumiCommand == nil && slices.ContainsFunc(reqs, func(r Request) bool { return !r.Skip && r.Err == nil }) {
+		// Look the CLI up once (it runs pulumi version), not per request.
+		o.PulumiCommand, cliErr = auto.NewPulumiCommand(nil)
+	}
 	out := make([]result.Result, len(reqs))
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -121,7 +131,11 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 				return
 			}
 			defer func() { <-sem }()
-			out[i] = o.one(ctx, reqs[i], masks[i])
+			r := reqs[i]
+			if cliErr != nil && !r.Skip && r.Err == nil {
+				r.Err = fmt.Errorf("pulumi CLI: %w", cliErr)
+			}
+			out[i] = o.one(ctx, r, masks[i])
 		}()
 	}
 	wg.Wait()
@@ -231,6 +245,9 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 	wsOpts := []auto.LocalWorkspaceOption{auto.EnvVars(env)}
 	if o.PulumiCommand != nil {
 		wsOpts = append(wsOpts, auto.Pulumi(o.PulumiCommand))
+	}
+	if r.SecretsProvider != "" {
+		wsOpts = append(wsOpts, auto.SecretsProvider(r.SecretsProvider))
 	}
 	ws, err := auto.NewLocalWorkspace(ctx, append(wsOpts, auto.WorkDir(r.WorkDir))...)
 	if err != nil {

@@ -148,12 +148,18 @@ func TestRunProgramMode(t *testing.T) {
 	}
 }
 
-// TestRunSkipAndErr: requests that run nothing.
+// TestRunSkipAndErr: requests that run nothing, and one that cannot run
+// without a pulumi CLI on PATH.
 func TestRunSkipAndErr(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
 	rs := Run(context.Background(), []Request{
 		{Key: "ns/a", Project: "p", Stack: "s", Skip: true, Notes: []string{"removed"}},
 		{Key: "ns/b", Stack: "s", Err: errString("clone failed: token hunter2"), Masks: []string{"hunter2"}},
+		{Key: "ns/c", Stack: "s", WorkDir: t.TempDir()},
 	}, 2)
+	if rs[2].Status != result.Failed || !strings.HasPrefix(rs[2].Error, "pulumi CLI: ") {
+		t.Errorf("without a CLI = %+v", rs[2])
+	}
 	if rs[0].Status != result.Skipped || rs[0].Notes[0] != "removed" || rs[0].Key != "ns/a" {
 		t.Errorf("skip = %+v", rs[0])
 	}
