@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -117,6 +118,15 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 		// Look the CLI up once (it runs pulumi version), not per request.
 		o.PulumiCommand, cliErr = auto.NewPulumiCommand(nil)
 	}
+	// Requests for the same stack of the same project directory share its
+	// settings file (Pulumi.<stack>.yaml): they run one after the other.
+	locks := map[[2]string]*sync.Mutex{}
+	for _, r := range reqs {
+		k := [2]string{filepath.Clean(r.WorkDir), r.Stack}
+		if locks[k] == nil {
+			locks[k] = &sync.Mutex{}
+		}
+	}
 	out := make([]result.Result, len(reqs))
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -132,6 +142,9 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 			}
 			defer func() { <-sem }()
 			r := reqs[i]
+			l := locks[[2]string{filepath.Clean(r.WorkDir), r.Stack}]
+			l.Lock()
+			defer l.Unlock()
 			if cliErr != nil && !r.Skip && r.Err == nil {
 				r.Err = fmt.Errorf("pulumi CLI: %w", cliErr)
 			}
