@@ -40,7 +40,8 @@ type ConfigValue struct {
 // Request is one stack to preview.
 type Request struct {
 	// Key identifies the result (result.Result.Key); empty means
-	// "<project>/<stack>".
+	// "<project>/<stack>", or the stack name when fully qualified
+	// ("org/project/stack").
 	Key string
 	// WorkDir is the project directory (holding Pulumi.yaml).
 	WorkDir string
@@ -211,7 +212,7 @@ func failed(r Request, err error, secrets []string) result.Result {
 	res.Status = result.Failed
 	res.Error = mask(err.Error(), secrets)
 	if res.Key == "" {
-		res.Key = res.Project + "/" + r.Stack
+		res.Key = defaultKey(res.Project, r.Stack)
 	}
 	return res
 }
@@ -224,14 +225,14 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 		res = base(r)
 		res.Status = result.Skipped
 		if res.Key == "" {
-			res.Key = res.Project + "/" + r.Stack
+			res.Key = defaultKey(res.Project, r.Stack)
 		}
 		return res
 	}
 	res = base(r)
 	defer func() {
 		if res.Key == "" {
-			res.Key = res.Project + "/" + res.Stack
+			res.Key = defaultKey(res.Project, res.Stack)
 		}
 		res.Output = mask(res.Output, secrets)
 		res.Error = mask(res.Error, secrets)
@@ -535,4 +536,13 @@ func stripANSI(s string) string {
 		out = out[:i] + out[i+j+3:]
 	}
 	return out
+}
+
+// defaultKey is "<project>/<stack>"; a fully qualified stack name
+// ("org/project/stack") is its own key.
+func defaultKey(project, stack string) string {
+	if strings.Count(stack, "/") == 2 {
+		return stack
+	}
+	return project + "/" + stack
 }

@@ -76,7 +76,7 @@ func TestRunProgramMode(t *testing.T) {
 			"recordName": {Value: "dev-rec"}, "content": {Value: "two"},
 			"settings": {Value: `{"replicas":3,"zones":["a","b"]}`, JSON: true},
 		}},
-		{Key: "custom/new", WorkDir: dir, Stack: "organization/previewtest/new", Notes: []string{"given note"}, Config: map[string]ConfigValue{
+		{WorkDir: dir, Stack: "organization/previewtest/new", Notes: []string{"given note"}, Config: map[string]ConfigValue{
 			"recordName": {Value: "new-rec"}, "content": {Value: `"quoted"`, JSON: true},
 		}},
 		{WorkDir: dir, Stack: "bad", Config: map[string]ConfigValue{
@@ -111,7 +111,7 @@ func TestRunProgramMode(t *testing.T) {
 	}
 
 	nw := rs[1]
-	if nw.Status != result.Succeeded || nw.Key != "custom/new" || nw.Stack != "organization/previewtest/new" {
+	if nw.Status != result.Succeeded || nw.Key != "organization/previewtest/new" || nw.Stack != "organization/previewtest/new" {
 		t.Fatalf("new = %+v", nw)
 	}
 	if want := (result.Changes{Create: 2}); nw.Changes != want {
