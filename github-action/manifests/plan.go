@@ -48,7 +48,8 @@ const Unresolved = "Unresolved in CI: "
 // the ConfigMaps of tree (the head commit's), in the Stack's namespace,
 // parsed as JSON when the reference says json: true. Environment: Literal
 // envRefs and envs ConfigMaps found in tree. spec.backend and spec.refresh
-// are honoured.
+// are honoured, and spec.secretsProvider when the stack must be created for
+// the preview.
 //
 // Not resolvable in CI, and so listed in Notes (starting Unresolved): Secret,
 // Env and FS references (secretsRef, envRefs, gitAuth is replaced by
@@ -76,6 +77,7 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	req.Stack = s.Spec.Stack
 	req.Backend = s.Spec.Backend
 	req.Refresh = s.Spec.Refresh
+	req.SecretsProvider = s.Spec.SecretsProvider
 	req.Config = map[string]preview.ConfigValue{}
 	req.Env = map[string]string{}
 	for k, v := range o.Env {

@@ -16,6 +16,10 @@
 //     (which then shows everything as create), removed again afterwards, and
 //     the result carries a Note saying so: the useful answer for a pull
 //     request that adds a stack, which the operator creates on first update.
+//   - Requests for the same stack of the same directory run one after the
+//     other (they share its settings file); others run in parallel (the
+//     CLI's workspace file, which records the selected stack, is written
+//     atomically, and every command names its stack explicitly).
 //   - Configuration is written to the stack's settings file in the project
 //     directory (Pulumi.<stack>.yaml) with `pulumi config set-all --json`,
 //     which keeps typed values (numbers, booleans, objects, arrays) typed;

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -38,7 +40,8 @@ type ConfigValue struct {
 // Request is one stack to preview.
 type Request struct {
 	// Key identifies the result (result.Result.Key); empty means
-	// "<project>/<stack>".
+	// "<project>/<stack>", or the stack name when fully qualified
+	// ("org/project/stack").
 	Key string
 	// WorkDir is the project directory (holding Pulumi.yaml).
 	WorkDir string
@@ -53,6 +56,10 @@ type Request struct {
 	// Backend, when set, is the state backend URL for this stack (a Stack's
 	// spec.backend), overriding PULUMI_BACKEND_URL.
 	Backend string
+	// SecretsProvider is used when the stack must be created for the
+	// preview ("" for the backend's default: passphrase on self-managed
+	// backends, Pulumi Cloud's own on Pulumi Cloud).
+	SecretsProvider string
 	// Refresh refreshes the state before the preview.
 	Refresh bool
 	// Source says, for a person, what is previewed (result.Result.Source).
@@ -107,6 +114,20 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 			}
 		}
 	}
+	var cliErr error
+	if o.PulumiCommand == nil && slices.ContainsFunc(reqs, func(r Request) bool { return !r.Skip && r.Err == nil }) {
+		// Look the CLI up once (it runs pulumi version), not per request.
+		o.PulumiCommand, cliErr = auto.NewPulumiCommand(nil)
+	}
+	// Requests for the same stack of the same project directory share its
+	// settings file (Pulumi.<stack>.yaml): they run one after the other.
+	locks := map[[2]string]*sync.Mutex{}
+	for _, r := range reqs {
+		k := [2]string{filepath.Clean(r.WorkDir), r.Stack}
+		if locks[k] == nil {
+			locks[k] = &sync.Mutex{}
+		}
+	}
 	out := make([]result.Result, len(reqs))
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -121,7 +142,14 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 				return
 			}
 			defer func() { <-sem }()
-			out[i] = o.one(ctx, reqs[i], masks[i])
+			r := reqs[i]
+			l := locks[[2]string{filepath.Clean(r.WorkDir), r.Stack}]
+			l.Lock()
+			defer l.Unlock()
+			if cliErr != nil && !r.Skip && r.Err == nil {
+				r.Err = fmt.Errorf("pulumi CLI: %w", cliErr)
+			}
+			out[i] = o.one(ctx, r, masks[i])
 		}()
 	}
 	wg.Wait()
@@ -184,7 +212,7 @@ func failed(r Request, err error, secrets []string) result.Result {
 	res.Status = result.Failed
 	res.Error = mask(err.Error(), secrets)
 	if res.Key == "" {
-		res.Key = res.Project + "/" + r.Stack
+		res.Key = defaultKey(res.Project, r.Stack)
 	}
 	return res
 }
@@ -197,14 +225,14 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 		res = base(r)
 		res.Status = result.Skipped
 		if res.Key == "" {
-			res.Key = res.Project + "/" + r.Stack
+			res.Key = defaultKey(res.Project, r.Stack)
 		}
 		return res
 	}
 	res = base(r)
 	defer func() {
 		if res.Key == "" {
-			res.Key = res.Project + "/" + res.Stack
+			res.Key = defaultKey(res.Project, res.Stack)
 		}
 		res.Output = mask(res.Output, secrets)
 		res.Error = mask(res.Error, secrets)
@@ -231,6 +259,9 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 	wsOpts := []auto.LocalWorkspaceOption{auto.EnvVars(env)}
 	if o.PulumiCommand != nil {
 		wsOpts = append(wsOpts, auto.Pulumi(o.PulumiCommand))
+	}
+	if r.SecretsProvider != "" {
+		wsOpts = append(wsOpts, auto.SecretsProvider(r.SecretsProvider))
 	}
 	ws, err := auto.NewLocalWorkspace(ctx, append(wsOpts, auto.WorkDir(r.WorkDir))...)
 	if err != nil {
@@ -505,4 +536,13 @@ func stripANSI(s string) string {
 		out = out[:i] + out[i+j+3:]
 	}
 	return out
+}
+
+// defaultKey is "<project>/<stack>"; a fully qualified stack name
+// ("org/project/stack") is its own key.
+func defaultKey(project, stack string) string {
+	if strings.Count(stack, "/") == 2 {
+		return stack
+	}
+	return project + "/" + stack
 }

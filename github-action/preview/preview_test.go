@@ -76,7 +76,7 @@ func TestRunProgramMode(t *testing.T) {
 			"recordName": {Value: "dev-rec"}, "content": {Value: "two"},
 			"settings": {Value: `{"replicas":3,"zones":["a","b"]}`, JSON: true},
 		}},
-		{Key: "custom/new", WorkDir: dir, Stack: "organization/previewtest/new", Notes: []string{"given note"}, Config: map[string]ConfigValue{
+		{WorkDir: dir, Stack: "organization/previewtest/new", Notes: []string{"given note"}, Config: map[string]ConfigValue{
 			"recordName": {Value: "new-rec"}, "content": {Value: `"quoted"`, JSON: true},
 		}},
 		{WorkDir: dir, Stack: "bad", Config: map[string]ConfigValue{
@@ -111,7 +111,7 @@ func TestRunProgramMode(t *testing.T) {
 	}
 
 	nw := rs[1]
-	if nw.Status != result.Succeeded || nw.Key != "custom/new" || nw.Stack != "organization/previewtest/new" {
+	if nw.Status != result.Succeeded || nw.Key != "organization/previewtest/new" || nw.Stack != "organization/previewtest/new" {
 		t.Fatalf("new = %+v", nw)
 	}
 	if want := (result.Changes{Create: 2}); nw.Changes != want {
@@ -148,12 +148,18 @@ func TestRunProgramMode(t *testing.T) {
 	}
 }
 
-// TestRunSkipAndErr: requests that run nothing.
+// TestRunSkipAndErr: requests that run nothing, and one that cannot run
+// without a pulumi CLI on PATH.
 func TestRunSkipAndErr(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
 	rs := Run(context.Background(), []Request{
 		{Key: "ns/a", Project: "p", Stack: "s", Skip: true, Notes: []string{"removed"}},
 		{Key: "ns/b", Stack: "s", Err: errString("clone failed: token hunter2"), Masks: []string{"hunter2"}},
+		{Key: "ns/c", Stack: "s", WorkDir: t.TempDir()},
 	}, 2)
+	if rs[2].Status != result.Failed || !strings.HasPrefix(rs[2].Error, "pulumi CLI: ") {
+		t.Errorf("without a CLI = %+v", rs[2])
+	}
 	if rs[0].Status != result.Skipped || rs[0].Notes[0] != "removed" || rs[0].Key != "ns/a" {
 		t.Errorf("skip = %+v", rs[0])
 	}
