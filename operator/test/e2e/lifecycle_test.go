@@ -20,6 +20,7 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/operator/test/provider"
 )
 
 // The tests of this file follow the Stack lifecycle a PKO user relies on:
@@ -37,15 +38,21 @@ func stackUpdates(t testing.TB, ns, stackName string) []autov1alpha1.Update {
 }
 
 // cliHoldLock runs `pulumi up` of stack in the repository's working clone
-// with a slow record, so it holds the stack's lock for about sleep seconds;
-// it returns once the lock is taken, and a channel that gets the CLI's exit.
-func cliHoldLock(t *testing.T, e *env, repo *gitrepo.Repo, stackName string, sleep int) <-chan error {
+// whose record creation waits until release is called, so it holds the
+// stack's lock until then, however slow the machine; it returns once the
+// lock is taken, with release and a channel that gets the CLI's exit.
+func cliHoldLock(t *testing.T, e *env, repo *gitrepo.Repo, stackName string) (release func(), exited <-chan error) {
 	t.Helper()
 	pulumi := filepath.Join(e.pe.Paths.PulumiRoot, "bin", "pulumi")
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release = func() { _ = os.Remove(hold) }
 	run := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(pulumi, args...)
 		cmd.Dir = repo.Work
-		cmd.Env = e.pe.Environ()
+		cmd.Env = append(e.pe.Environ(), provider.HoldEnv+"="+hold)
 		return cmd
 	}
 	if out, err := run("stack", "init", stackName, "--non-interactive").CombinedOutput(); err != nil {
@@ -57,14 +64,14 @@ func cliHoldLock(t *testing.T, e *env, repo *gitrepo.Repo, stackName string, sle
 		t.Fatal(err)
 	}
 	cmd := run("up", "--yes", "--skip-preview", "--non-interactive", "-s", stackName,
-		"-c", "recordName="+stackName+"-cli", "-c", "content=cli", "-c", fmt.Sprintf("sleep=%d", sleep))
+		"-c", "recordName="+stackName+"-cli", "-c", "content=cli")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); logf.Close() }()
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	// Locked once the CLI's record is being created (its file appears only
 	// after the sleep): wait for the backend's lock file.
@@ -76,14 +83,14 @@ func cliHoldLock(t *testing.T, e *env, repo *gitrepo.Repo, stackName string, sle
 			return nil
 		})
 		select {
-		case err := <-exited:
+		case err := <-done:
 			out, _ := os.ReadFile(logPath)
 			t.Fatalf("the CLI ended before locking (%v):\n%s", err, out)
 		default:
 		}
 		return found, nil
 	})
-	return exited
+	return release, done
 }
 
 // TestStackUpdateConflicts: a Pulumi stack locked by another run. With
@@ -94,8 +101,8 @@ func TestStackUpdateConflicts(t *testing.T) {
 	e, repo := stackEnv(t)
 	ctx := context.Background()
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram, ".gitignore": "Pulumi.*.yaml\n"})
-	retrying := cliHoldLock(t, e, repo, "conf-retry", 20)
-	stalling := cliHoldLock(t, e, repo, "conf-stall", 20)
+	releaseRetry, retrying := cliHoldLock(t, e, repo, "conf-retry")
+	releaseStall, stalling := cliHoldLock(t, e, repo, "conf-stall")
 
 	retry := newStack(e.ns, "conf-retry", pulumiv1.StackSpec{Stack: "conf-retry", GitSource: gitSpec(repo.URL(), "", sha), RetryOnUpdateConflict: true,
 		Config: cfg("recordName", "conf-retry", "content", "operator")})
@@ -112,6 +119,8 @@ func TestStackUpdateConflicts(t *testing.T) {
 	})
 	waitStack(t, stall, 2*time.Minute, "stalled on the conflict", stalledWith(pulumiv1.StalledConflictReason, "set spec.retryOnUpdateConflict"))
 	conflicted := stall.Status.Conflict.Update
+	releaseRetry()
+	releaseStall()
 
 	// Both CLI runs end well: their locks were respected.
 	for _, exited := range []<-chan error{retrying, stalling} {

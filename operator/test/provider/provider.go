@@ -26,6 +26,10 @@ const (
 	RecordType = "stackflowtest:index:Record"
 	// DirEnv names the environment variable used when the "dir" config is unset.
 	DirEnv = "STACKFLOW_TEST_PROVIDER_DIR"
+	// HoldEnv names a file: while it exists, creating or updating a record
+	// waits (after any sleepSeconds), so a test decides when an operation
+	// holding the stack's lock ends.
+	HoldEnv = "STACKFLOW_TEST_PROVIDER_HOLD"
 
 	// unknown is the engine's sentinel for values not known during preview.
 	unknown = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
@@ -256,6 +260,18 @@ func (s *Server) apply(ctx context.Context, r record, op string) error {
 		case <-time.After(time.Duration(r.SleepSeconds * float64(time.Second))):
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+	if hold := os.Getenv(HoldEnv); hold != "" {
+		for {
+			if _, err := os.Stat(hold); err != nil {
+				break
+			}
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	if r.FailOn == op || r.FailOn == "always" {
