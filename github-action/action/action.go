@@ -114,7 +114,15 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 	}
 
 	commentURL := ""
-	if gh != nil && !readOnly && writeComment(c.Comment, results) {
+	write := writeComment(c.Comment, results)
+	if gh != nil && !readOnly && !write && c.Comment == inputs.CommentOnChange {
+		// Nothing changes now: an earlier comment (that showed changes)
+		// is updated to say so; none is created.
+		has, err := gh.HasComment(ctx, c.Repository, c.PR)
+		github("read the PR comments", err)
+		write = has
+	}
+	if gh != nil && !readOnly && write {
 		var sections []string
 		for _, r := range results {
 			sections = append(sections, report.Section(r, report.SectionOptions{RunURL: c.RunURL(), Compact: c.Comment == inputs.CommentOnChange}))

@@ -255,3 +255,46 @@ func TestManifestsMode(t *testing.T) {
 		t.Fatalf("statuses %v", final)
 	}
 }
+
+// comment: on-change creates no comment while nothing changes, one when a
+// stack changes, and updates it when the change is gone again.
+func TestCommentOnChange(t *testing.T) {
+	w := newWorld(t)
+	infra := filepath.Join(w.ws, "infra")
+	_ = os.MkdirAll(infra, 0o755)
+	write := func(p string) {
+		if err := os.WriteFile(filepath.Join(infra, "Pulumi.yaml"), []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(program)
+	s, err := auto.UpsertStackLocalSource(context.Background(), "dev", infra, auto.Pulumi(w.pe.Command(t)), auto.EnvVars(w.pe.EnvVars()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := w.config(t, inputs.ModeProgram, "rw-token")
+	c.Stacks, c.Comment = []string{"dev"}, inputs.CommentOnChange
+	if code, log := w.run(t, c); code != 0 || len(w.gh.Comments("acme", "infra", 5)) != 0 {
+		t.Fatalf("no change: exit %d, %d comments\n%s", code, len(w.gh.Comments("acme", "infra", 5)), log)
+	}
+	write(strings.Replace(program, "default: one", "default: two", 1))
+	if code, log := w.run(t, c); code != 0 || len(w.gh.Comments("acme", "infra", 5)) != 1 {
+		t.Fatalf("a change: exit %d\n%s", code, log)
+	}
+	p, _ := report.Find(w.gh.Comments("acme", "infra", 5)[0].Body, "web/dev")
+	if p.Info.Changes.Update != 1 {
+		t.Fatalf("section %+v", p.Info)
+	}
+	write(program)
+	if code, log := w.run(t, c); code != 0 {
+		t.Fatalf("change gone: exit %d\n%s", code, log)
+	}
+	comments := w.gh.Comments("acme", "infra", 5)
+	p, _ = report.Find(comments[0].Body, "web/dev")
+	if len(comments) != 1 || p.Info.Changes.Any() {
+		t.Fatalf("after the change is gone: %d comments, section %+v", len(comments), p.Info)
+	}
+}

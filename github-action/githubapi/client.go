@@ -249,3 +249,18 @@ func (c *Client) find(ctx context.Context, owner, name string, pr int, me *githu
 	})
 	return found, nil
 }
+
+// HasComment reports whether the PR already has the action's comment (one
+// this client takes as its own, see UpsertSection).
+func (c *Client) HasComment(ctx context.Context, repo string, pr int) (bool, error) {
+	owner, name, err := splitRepo(repo)
+	if err != nil {
+		return false, err
+	}
+	me, err := c.identity(ctx)
+	if err != nil {
+		return false, err
+	}
+	found, err := c.find(ctx, owner, name, pr, me)
+	return len(found) > 0, err
+}

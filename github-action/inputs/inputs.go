@@ -24,7 +24,7 @@ var All = []Input{
 	{"stacks", "", "program mode: the stacks to preview, separated by newlines or commas (required in program mode)"},
 	{"manifests-dir", ".", "manifests mode: the directory holding the Stack manifests (searched recursively), relative to the workspace"},
 	{"github-token", "${{ github.token }}", "token for the PR comment and commit statuses (needs `pull-requests: write` and `statuses: write`)"},
-	{"comment", "always", "`always`: write the PR comment; `on-change`: only when a stack changes (an earlier comment is marked outdated instead); `never`"},
+	{"comment", "always", "`always`: write the PR comment; `on-change`: only when a stack changes (an earlier comment is then updated to say nothing changes; none is created); `never`"},
 	{"status-checks", "true", "set a commit status `stackflow/preview/<stack>` per stack on the PR head, usable as a required check"},
 	{"parallel", "4", "how many previews run at once"},
 	{"refresh", "false", "refresh the stacks' state before previewing"},
