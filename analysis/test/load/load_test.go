@@ -1,0 +1,759 @@
+package load
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/stackflow-io/stackflow/analysis/service"
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
+)
+
+// The shape of the load.
+const (
+	namespaces       = 10
+	stacksPerNS      = 100
+	defaultSeconds   = 10
+	defaultRate      = 1000
+	setupWorkers     = 8
+	warmWorkers      = 16
+	loadWorkers      = 512
+	requestTimeout   = 30 * time.Second
+	drainTimeout     = 35 * time.Second
+	goalP99          = 5 * time.Millisecond
+	goalRSSMiB       = 100
+	verifierSA       = "verifier"
+	verifierSANS     = "load-auth"
+	verifierRoleName = "stackflow-load-stack-verifier"
+)
+
+// target is one Stack and the commit it applied.
+type target struct{ ns, name, sha string }
+
+func (t target) path() string {
+	return "/v1/namespaces/" + t.ns + "/stacks/" + t.name + "/verification?commit=" + t.sha + "&operation=up"
+}
+
+// BenchmarkVerificationLoad: see the package documentation.
+func BenchmarkVerificationLoad(b *testing.B) {
+	p, err := substrate.Locate()
+	if err != nil {
+		b.Skipf("test substrate not found (%v): run `make substrate`", err)
+	}
+	for _, f := range []string{"kube-apiserver", "etcd"} {
+		if st, err := os.Stat(filepath.Join(p.KubeAssets, f)); err != nil || st.IsDir() {
+			b.Skipf("%s not found in %q: run `make substrate` (and eval \"$(./hack/substrate.sh env)\")", f, p.KubeAssets)
+		}
+	}
+	seconds := envFloat(b, "STACKFLOW_BENCH_SECONDS", defaultSeconds)
+	rate := envFloat(b, "STACKFLOW_BENCH_RATE", defaultRate)
+	ttl := os.Getenv("STACKFLOW_BENCH_AUTH_CACHE_TTL")
+	if ttl == "" {
+		ttl = "10s"
+	}
+	if _, err := time.ParseDuration(ttl); err != nil {
+		b.Fatalf("STACKFLOW_BENCH_AUTH_CACHE_TTL=%q: %v", ttl, err)
+	}
+	inProcess := os.Getenv("STACKFLOW_BENCH_INPROCESS") == "1"
+
+	t0 := time.Now()
+	cp, err := substrate.StartControlPlane()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			b.Logf("stop control plane: %v", err)
+		}
+	})
+	// The setup's own clients are not rate limited (client-go's default is
+	// 5 requests/s).
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS = -1
+	c, err := client.New(cfg, client.Options{Scheme: substrate.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	b.Logf("control plane started in %s", time.Since(t0).Round(time.Millisecond))
+
+	t1 := time.Now()
+	targets := createStacks(b, c)
+	b.Logf("created %d Stacks with status in %d namespaces in %s", len(targets), namespaces, time.Since(t1).Round(time.Millisecond))
+	token := verifierToken(b, c, cs)
+
+	svc := startService(b, cp, ttl, inProcess)
+	b.Logf("stackflow-analysis ready at %s (--auth=kube --auth-cache-ttl=%s, in process: %v)", svc.url, ttl, inProcess)
+	lg := newLoadClient(svc.url, token)
+	defer lg.close()
+	rssStart, hwmStart := svc.memory(b)
+
+	// First requests: the first pays a TokenReview and a
+	// SubjectAccessReview, the second (same Stack) neither, the third
+	// (another Stack, same caller) a SubjectAccessReview only, as the access
+	// cache key is user + namespace + name.
+	first, err := lg.timed(targets[0])
+	mustOK(b, "first request", err)
+	again, err := lg.timed(targets[0])
+	mustOK(b, "same Stack again", err)
+	other, err := lg.timed(targets[1])
+	mustOK(b, "another Stack", err)
+	b.Logf("first request (TokenReview + SubjectAccessReview): %s; same Stack again (both cached): %s; another Stack (SubjectAccessReview only): %s",
+		ms(first), ms(again), ms(other))
+
+	// Warm-up: one request per Stack, so every access review is cached
+	// when the load starts (one request per namespace would cache the
+	// token only).
+	t2 := time.Now()
+	warmErrs := lg.warm(targets)
+	warm := time.Since(t2)
+	if warmErrs > 0 {
+		b.Fatalf("warm-up: %d of %d requests failed", warmErrs, len(targets))
+	}
+	authBefore := svc.authStats(b, lg)
+	b.Logf("warm-up: %d Stacks (one SubjectAccessReview each) in %s with %d workers; auth %s",
+		len(targets), warm.Round(time.Millisecond), warmWorkers, authBefore)
+
+	var res *result
+	b.Run(fmt.Sprintf("%.0frps", rate), func(b *testing.B) {
+		// One load per benchmark run, whatever b.N (see doc.go).
+		if res == nil {
+			r := lg.run(targets, rate, time.Duration(seconds*float64(time.Second)))
+			r.rss, r.hwm = svc.memory(b)
+			res = &r
+		}
+		authAfter := svc.authStats(b, lg)
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(msf(res.sched.p50), "p50_ms")
+		b.ReportMetric(msf(res.sched.p99), "p99_ms")
+		b.ReportMetric(msf(res.sched.max), "max_ms")
+		b.ReportMetric(msf(res.sent.p50), "sent_p50_ms")
+		b.ReportMetric(msf(res.sent.p99), "sent_p99_ms")
+		b.ReportMetric(res.achieved, "req/s")
+		b.ReportMetric(float64(res.errors), "errors")
+		b.ReportMetric(mib(res.rss), "rss_MiB")
+		b.ReportMetric(mib(res.hwm), "hwm_MiB")
+		b.Logf("offered %.0f req/s for %s: %d requests, %d completed, achieved %.1f req/s, %d errors%s",
+			rate, res.duration, res.offered, res.completed, res.achieved, res.errors, res.errorSample())
+		b.Logf("latency from scheduled time: p50 %s  p90 %s  p99 %s  p99.9 %s  max %s   (goal p99 < %s: %s)",
+			ms(res.sched.p50), ms(res.sched.p90), ms(res.sched.p99), ms(res.sched.p999), ms(res.sched.max), ms(goalP99), verdict(res.sched.p99 < goalP99))
+		b.Logf("latency from actual send:    p50 %s  p90 %s  p99 %s  p99.9 %s  max %s; dispatch lateness max %s; peak in flight %d",
+			ms(res.sent.p50), ms(res.sent.p90), ms(res.sent.p99), ms(res.sent.p999), ms(res.sent.max), ms(res.lateMax), res.peakInFlight)
+		if inProcess {
+			b.Logf("service memory: not measured (STACKFLOW_BENCH_INPROCESS=1: the service shares this process)")
+		} else {
+			b.Logf("service memory: VmRSS %.1f MiB, VmHWM %.1f MiB after the load (before: %.1f / %.1f MiB)   (goal RSS < %d MiB: %s)",
+				mib(res.rss), mib(res.hwm), mib(rssStart), mib(hwmStart), goalRSSMiB, verdict(mib(res.rss) < goalRSSMiB))
+		}
+		b.Logf("auth during the load: %s", authAfter.sub(authBefore))
+		fmt.Printf("stackflow-analysis load: %d Stacks, %.0f req/s offered for %s: p50 %s p99 %s max %s (goal p99 < 5 ms: %s), %.1f req/s achieved, %d errors, RSS %.1f MiB HWM %.1f MiB (goal RSS < 100 MiB: %s)\n",
+			len(targets), rate, res.duration, ms(res.sched.p50), ms(res.sched.p99), ms(res.sched.max), verdict(res.sched.p99 < goalP99),
+			res.achieved, res.errors, mib(res.rss), mib(res.hwm), verdict(!inProcess && mib(res.rss) < goalRSSMiB))
+	})
+}
+
+// createStacks creates namespaces × stacksPerNS Stacks pinned to a commit,
+// with the status the operator leaves after a successful up of it.
+func createStacks(b *testing.B, c client.Client) []target {
+	ctx := context.Background()
+	var targets []target
+	for i := range namespaces {
+		ns := fmt.Sprintf("load-%d", i)
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			b.Fatalf("create namespace %s: %v", ns, err)
+		}
+		for j := range stacksPerNS {
+			name := fmt.Sprintf("stack-%03d", j)
+			sum := sha1.Sum([]byte(ns + "/" + name))
+			targets = append(targets, target{ns: ns, name: name, sha: hex.EncodeToString(sum[:])})
+		}
+	}
+	work := make(chan target)
+	errs := make(chan error, setupWorkers)
+	var wg sync.WaitGroup
+	for range setupWorkers {
+		wg.Go(func() {
+			for t := range work {
+				if err := createStack(ctx, c, t); err != nil {
+					errs <- err
+					for range work {
+					}
+					return
+				}
+			}
+		})
+	}
+	for _, t := range targets {
+		work <- t
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	return targets
+}
+
+func createStack(ctx context.Context, c client.Client, t target) error {
+	s := &pulumiv1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Namespace: t.ns, Name: t.name, Labels: map[string]string{"app.kubernetes.io/part-of": "load"}},
+		Spec: pulumiv1.StackSpec{
+			Stack:     "org/app/" + t.name,
+			GitSource: &pulumiv1.GitSource{ProjectRepo: "https://example.com/r.git", Commit: t.sha, RepoDir: "infra"},
+			Config:    map[string]apiextensionsv1.JSON{"app:replicas": {Raw: []byte(`3`)}, "aws:region": {Raw: []byte(`"eu-west-1"`)}},
+		},
+	}
+	if err := c.Create(ctx, s); err != nil {
+		return fmt.Errorf("create Stack %s/%s: %w", t.ns, t.name, err)
+	}
+	now := metav1.Now()
+	s.Status = pulumiv1.StackStatus{
+		Outputs: pulumiv1.StackOutputs{
+			"url":      {Raw: []byte(`"https://` + t.name + `.example.com"`)},
+			"password": {Raw: []byte(`"[secret]"`)},
+		},
+		ObservedGeneration: s.Generation,
+		LastUpdate: &pulumiv1.StackUpdateState{
+			Generation: s.Generation, Name: t.name + "-1", Type: autov1alpha1.UpType,
+			State: pulumiv1.SucceededStackStateMessage, Message: "update succeeded",
+			LastAttemptedCommit: t.sha, LastSuccessfulCommit: t.sha,
+			Permalink:      pulumiv1.Permalink("https://app.pulumi.com/org/app/" + t.name + "/updates/1"),
+			LastResyncTime: now,
+		},
+		Conditions: []metav1.Condition{{
+			Type: pulumiv1.ReadyCondition, Status: metav1.ConditionTrue, ObservedGeneration: s.Generation,
+			LastTransitionTime: now, Reason: pulumiv1.ReadyCompletedReason, Message: "the last update succeeded",
+		}},
+		ProjectInfo:    &pulumiv1.ProjectInfo{Name: "app", Runtime: "yaml"},
+		UpdateSequence: 1,
+	}
+	if err := c.Status().Update(ctx, s); err != nil {
+		return fmt.Errorf("set the status of Stack %s/%s: %w", t.ns, t.name, err)
+	}
+	return nil
+}
+
+// verifierToken creates a ServiceAccount allowed get on stacks.pulumi.com in
+// every namespace (a ClusterRole and a ClusterRoleBinding) and returns a
+// real token for it.
+func verifierToken(b *testing.B, c client.Client, cs kubernetes.Interface) string {
+	ctx := context.Background()
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: verifierSANS}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: verifierSANS, Name: verifierSA}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: verifierRoleName},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"pulumi.com"}, Resources: []string{"stacks"}, Verbs: []string{"get"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: verifierRoleName},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: verifierRoleName},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: verifierSA, Namespace: verifierSANS}}},
+	} {
+		if err := c.Create(ctx, o); err != nil {
+			b.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	exp := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(verifierSANS).CreateToken(ctx, verifierSA,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatalf("token for %s/%s: %v", verifierSANS, verifierSA, err)
+	}
+	return tr.Status.Token
+}
+
+// svc is the running analysis service.
+type svc struct {
+	url string
+	pid int // 0 in process
+}
+
+// memory returns the service's VmRSS and VmHWM in bytes (0 in process).
+func (s svc) memory(b *testing.B) (rss, hwm uint64) {
+	if s.pid == 0 {
+		return 0, 0
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.pid))
+	if err != nil {
+		b.Fatalf("read the service's memory: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			b.Fatalf("parse %s %q: %v", k, v, err)
+		}
+		if k == "VmRSS" {
+			rss = kb << 10
+		} else {
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm
+}
+
+// startService builds ./analysis/cmd/stackflow-analysis and runs it as its
+// own process (or, inProcess, runs service.Run here) with --auth=kube as a
+// system:masters user, and waits for /readyz.
+func startService(b *testing.B, cp *substrate.ControlPlane, ttl string, inProcess bool) svc {
+	user, err := cp.Env.AddUser(envtest.User{Name: "stackflow-analysis", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	var s svc
+	var exited <-chan error
+	if inProcess {
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.QPS = -1 // as ctrl.GetConfig does
+		d, _ := time.ParseDuration(ttl)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- service.Run(ctx, service.Options{Auth: service.AuthKube, AuthCacheTTL: d, Config: cfg, Listener: ln, Log: logr.Discard()})
+		}()
+		b.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				b.Logf("analysis service: %v", err)
+			}
+		})
+		exited = done
+		s = svc{url: url}
+	} else {
+		addr := ln.Addr().String()
+		ln.Close() // the service binds it again (a small race with other listeners)
+		bin := filepath.Join(dir, "stackflow-analysis")
+		t := time.Now()
+		build := exec.Command("go", "build", "-o", bin, "./analysis/cmd/stackflow-analysis")
+		build.Dir = substrate.RepoRoot()
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("build stackflow-analysis: %v\n%s", err, out)
+		}
+		b.Logf("built stackflow-analysis in %s", time.Since(t).Round(time.Millisecond))
+		logPath := filepath.Join(dir, "stackflow-analysis.log")
+		logFile, err := os.Create(logPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--bind-address", addr, "--auth=kube", "--auth-cache-ttl", ttl)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		b.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			logFile.Close()
+			if b.Failed() {
+				b.Logf("stackflow-analysis log (last lines):\n%s", tail(logPath, 40))
+			}
+		})
+		exited = done
+		s = svc{url: url, pid: cmd.Process.Pid}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get(url + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		select {
+		case err := <-exited:
+			b.Fatalf("stackflow-analysis exited before it was ready: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("stackflow-analysis not ready in 2 minutes (last: %v)", err)
+		}
+	}
+}
+
+// authCounts are the service's auth cache counters (from /metrics).
+type authCounts struct {
+	tokenHits, tokenMisses, tokenReviews    float64
+	accessHits, accessMisses, accessReviews float64
+}
+
+func (a authCounts) sub(o authCounts) authCounts {
+	return authCounts{a.tokenHits - o.tokenHits, a.tokenMisses - o.tokenMisses, a.tokenReviews - o.tokenReviews,
+		a.accessHits - o.accessHits, a.accessMisses - o.accessMisses, a.accessReviews - o.accessReviews}
+}
+
+func (a authCounts) String() string {
+	return fmt.Sprintf("token cache %.0f hits / %.0f misses / %.0f TokenReviews; access cache %.0f hits / %.0f misses / %.0f SubjectAccessReviews",
+		a.tokenHits, a.tokenMisses, a.tokenReviews, a.accessHits, a.accessMisses, a.accessReviews)
+}
+
+// authStats scrapes the auth counters from /metrics.
+func (s svc) authStats(b *testing.B, lg *loadClient) authCounts {
+	resp, err := lg.c.Get(s.url + "/metrics")
+	if err != nil {
+		b.Fatalf("scrape /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	var a authCounts
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, val, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "stackflow_analysis_auth_cache_hits_total{cache=\"token\""):
+			a.tokenHits += v
+		case strings.HasPrefix(name, "stackflow_analysis_auth_cache_misses_total{cache=\"token\""):
+			a.tokenMisses += v
+		case strings.HasPrefix(name, "stackflow_analysis_auth_reviews_total{cache=\"token\""):
+			a.tokenReviews += v
+		case strings.HasPrefix(name, "stackflow_analysis_auth_cache_hits_total{cache=\"access\""):
+			a.accessHits += v
+		case strings.HasPrefix(name, "stackflow_analysis_auth_cache_misses_total{cache=\"access\""):
+			a.accessMisses += v
+		case strings.HasPrefix(name, "stackflow_analysis_auth_reviews_total{cache=\"access\""):
+			a.accessReviews += v
+		}
+	}
+	return a
+}
+
+// loadClient sends verification requests over reused connections.
+type loadClient struct {
+	base, auth string
+	c          *http.Client
+	tr         *http.Transport
+}
+
+func newLoadClient(base, token string) *loadClient {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        loadWorkers,
+		MaxIdleConnsPerHost: loadWorkers,
+		IdleConnTimeout:     60 * time.Second,
+		DisableCompression:  true,
+	}
+	return &loadClient{base: base, auth: "Bearer " + token, tr: tr, c: &http.Client{Transport: tr, Timeout: requestTimeout}}
+}
+
+func (lg *loadClient) close() { lg.tr.CloseIdleConnections() }
+
+// answer is the part of a verification answer that is checked.
+type answer struct {
+	Phase  string `json:"phase"`
+	Reason string `json:"reason"`
+}
+
+// do sends one verification for t and reads the whole answer; it returns
+// when the body was read and an error unless the answer is 200 and
+// Succeeded.
+func (lg *loadClient) do(t target) (end time.Time, err error) {
+	req, err := http.NewRequest(http.MethodGet, lg.base+t.path(), nil)
+	if err != nil {
+		return time.Now(), err
+	}
+	req.Header.Set("Authorization", lg.auth)
+	resp, err := lg.c.Do(req)
+	if err != nil {
+		return time.Now(), err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	end = time.Now()
+	if err != nil {
+		return end, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return end, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	var a answer
+	if err := json.Unmarshal(body, &a); err != nil {
+		return end, fmt.Errorf("decode the answer: %w", err)
+	}
+	if a.Phase != "Succeeded" {
+		return end, fmt.Errorf("phase %s (%s), want Succeeded", a.Phase, a.Reason)
+	}
+	return end, nil
+}
+
+func (lg *loadClient) timed(t target) (time.Duration, error) {
+	start := time.Now()
+	end, err := lg.do(t)
+	return end.Sub(start), err
+}
+
+// warm sends one request per target with warmWorkers workers and returns
+// how many failed.
+func (lg *loadClient) warm(targets []target) int {
+	var failed atomic.Int64
+	work := make(chan target)
+	var wg sync.WaitGroup
+	for range warmWorkers {
+		wg.Go(func() {
+			for t := range work {
+				if _, err := lg.do(t); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	for _, t := range targets {
+		work <- t
+	}
+	close(work)
+	wg.Wait()
+	return int(failed.Load())
+}
+
+// dist are latency percentiles.
+type dist struct{ p50, p90, p99, p999, max time.Duration }
+
+func percentiles(d []time.Duration) dist {
+	if len(d) == 0 {
+		return dist{}
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(d))+0.5) - 1
+		return d[min(max(i, 0), len(d)-1)]
+	}
+	return dist{p50: at(0.50), p90: at(0.90), p99: at(0.99), p999: at(0.999), max: d[len(d)-1]}
+}
+
+// result is what one load measured.
+type result struct {
+	duration           time.Duration
+	offered, completed int
+	errors             int
+	errSamples         map[string]int
+	achieved           float64 // completed answers per second, first scheduled to last answer
+	sched, sent        dist
+	lateMax            time.Duration
+	peakInFlight       int64
+	rss, hwm           uint64
+}
+
+func (r *result) errorSample() string {
+	if r.errors == 0 {
+		return ""
+	}
+	var parts []string
+	for msg, n := range r.errSamples {
+		parts = append(parts, fmt.Sprintf("%d× %s", n, msg))
+	}
+	slices.Sort(parts)
+	if len(parts) > 5 {
+		parts = parts[:5]
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+// run offers rate requests per second for d, open loop: request i is due at
+// start + i/rate and handed to a pool of loadWorkers workers at that time,
+// whether or not earlier requests were answered. Each request is for a
+// random target (a fixed seed, so runs send the same sequence).
+func (lg *loadClient) run(targets []target, rate float64, d time.Duration) result {
+	n := int(rate * d.Seconds())
+	interval := time.Duration(float64(time.Second) / rate)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	picks := make([]int, n)
+	for i := range picks {
+		picks[i] = rnd.IntN(len(targets))
+	}
+	type sample struct {
+		sched, sent time.Duration
+		err         error
+		done        bool
+	}
+	samples := make([]sample, n)
+	type job struct {
+		i   int
+		due time.Time
+	}
+	jobs := make(chan job, n)
+	var inFlight, peak atomic.Int64
+	var wg sync.WaitGroup
+	for range loadWorkers {
+		wg.Go(func() {
+			for j := range jobs {
+				f := inFlight.Add(1)
+				for {
+					p := peak.Load()
+					if f <= p || peak.CompareAndSwap(p, f) {
+						break
+					}
+				}
+				sent := time.Now()
+				end, err := lg.do(targets[picks[j.i]])
+				inFlight.Add(-1)
+				samples[j.i] = sample{sched: end.Sub(j.due), sent: end.Sub(sent), err: err, done: true}
+			}
+		})
+	}
+	start := time.Now().Add(10 * time.Millisecond)
+	var lateMax time.Duration
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if w := time.Until(due); w > 0 {
+			time.Sleep(w)
+		}
+		if late := time.Since(due); late > lateMax {
+			lateMax = late
+		}
+		jobs <- job{i: i, due: due}
+	}
+	close(jobs)
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainTimeout):
+	}
+	last := time.Since(start)
+	r := result{duration: d, offered: n, errSamples: map[string]int{}, lateMax: lateMax, peakInFlight: peak.Load()}
+	var sched, sent []time.Duration
+	var lastEnd time.Duration
+	for _, s := range samples {
+		if !s.done {
+			r.errors++
+			r.errSamples["no answer in "+drainTimeout.String()+" after the load"]++
+			continue
+		}
+		sched, sent = append(sched, s.sched), append(sent, s.sent)
+		r.completed++
+		if s.err != nil {
+			r.errors++
+			msg := s.err.Error()
+			var ue interface{ Timeout() bool }
+			if errors.As(s.err, &ue) && ue.Timeout() {
+				msg = "timeout"
+			}
+			if len(msg) > 160 {
+				msg = msg[:160] + "…"
+			}
+			r.errSamples[msg]++
+		}
+	}
+	for i, s := range samples {
+		if s.done {
+			if e := time.Duration(i)*interval + s.sched; e > lastEnd {
+				lastEnd = e
+			}
+		}
+	}
+	if lastEnd == 0 {
+		lastEnd = last
+	}
+	r.achieved = float64(r.completed-r.errors) / lastEnd.Seconds()
+	r.sched, r.sent = percentiles(sched), percentiles(sent)
+	return r
+}
+
+func mustOK(b *testing.B, what string, err error) {
+	if err != nil {
+		b.Fatalf("%s: %v", what, err)
+	}
+}
+
+func envFloat(b *testing.B, name string, def float64) float64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 {
+		b.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return f
+}
+
+func tail(path string, n int) string {
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func ms(d time.Duration) string   { return fmt.Sprintf("%.3f ms", msf(d)) }
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func mib(n uint64) float64        { return float64(n) / (1 << 20) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
