@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,6 +91,11 @@ func BenchmarkVerificationLoad(b *testing.B) {
 	}
 	inProcess := os.Getenv("STACKFLOW_BENCH_INPROCESS") == "1"
 
+	// The parent benchmark's own log is not printed when it has
+	// sub-benchmarks: the setup notes are logged by the sub-benchmark.
+	var notes []string
+	note := func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }
+
 	t0 := time.Now()
 	cp, err := substrate.StartControlPlane()
 	if err != nil {
@@ -109,15 +115,15 @@ func BenchmarkVerificationLoad(b *testing.B) {
 		b.Fatal(err)
 	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	b.Logf("control plane started in %s", time.Since(t0).Round(time.Millisecond))
+	note("control plane started in %s", time.Since(t0).Round(time.Millisecond))
 
 	t1 := time.Now()
 	targets := createStacks(b, c)
-	b.Logf("created %d Stacks with status in %d namespaces in %s", len(targets), namespaces, time.Since(t1).Round(time.Millisecond))
+	note("created %d Stacks with status in %d namespaces in %s", len(targets), namespaces, time.Since(t1).Round(time.Millisecond))
 	token := verifierToken(b, c, cs)
 
-	svc := startService(b, cp, ttl, inProcess)
-	b.Logf("stackflow-analysis ready at %s (--auth=kube --auth-cache-ttl=%s, in process: %v)", svc.url, ttl, inProcess)
+	svc := startService(b, cp, ttl, inProcess, note)
+	note("stackflow-analysis ready at %s (--auth=kube --auth-cache-ttl=%s, in process: %v)", svc.url, ttl, inProcess)
 	lg := newLoadClient(svc.url, token)
 	defer lg.close()
 	rssStart, hwmStart := svc.memory(b)
@@ -132,7 +138,7 @@ func BenchmarkVerificationLoad(b *testing.B) {
 	mustOK(b, "same Stack again", err)
 	other, err := lg.timed(targets[1])
 	mustOK(b, "another Stack", err)
-	b.Logf("first request (TokenReview + SubjectAccessReview): %s; same Stack again (both cached): %s; another Stack (SubjectAccessReview only): %s",
+	note("first request (TokenReview + SubjectAccessReview): %s; same Stack again (both cached): %s; another Stack (SubjectAccessReview only): %s",
 		ms(first), ms(again), ms(other))
 
 	// Warm-up: one request per Stack, so every access review is cached
@@ -145,18 +151,28 @@ func BenchmarkVerificationLoad(b *testing.B) {
 		b.Fatalf("warm-up: %d of %d requests failed", warmErrs, len(targets))
 	}
 	authBefore := svc.authStats(b, lg)
-	b.Logf("warm-up: %d Stacks (one SubjectAccessReview each) in %s with %d workers; auth %s",
+	note("warm-up: %d Stacks (one SubjectAccessReview each) in %s with %d workers; auth %s",
 		len(targets), warm.Round(time.Millisecond), warmWorkers, authBefore)
 
+	// The report goes to standard output: the benchmark framework keeps
+	// only the first lines of a benchmark's log.
+	say := func(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) }
 	var res *result
 	b.Run(fmt.Sprintf("%.0frps", rate), func(b *testing.B) {
 		// One load per benchmark run, whatever b.N (see doc.go).
 		if res == nil {
+			fmt.Printf("stackflow-analysis load benchmark (%s):\n", time.Now().UTC().Format(time.RFC3339))
+			for _, n := range notes {
+				say("%s", n)
+			}
+			cpu0, sys0 := svc.cpu(b), readSystemCPU(b)
+			load0 := loadavg()
 			r := lg.run(targets, rate, time.Duration(seconds*float64(time.Second)))
+			cpu1, sys1 := svc.cpu(b), readSystemCPU(b)
 			r.rss, r.hwm = svc.memory(b)
+			r.serviceCPU, r.machineBusy, r.load = cpu1-cpu0, sys1.busySince(sys0), [2]string{load0, loadavg()}
 			res = &r
 		}
-		authAfter := svc.authStats(b, lg)
 		b.ReportMetric(0, "ns/op")
 		b.ReportMetric(msf(res.sched.p50), "p50_ms")
 		b.ReportMetric(msf(res.sched.p99), "p99_ms")
@@ -165,21 +181,35 @@ func BenchmarkVerificationLoad(b *testing.B) {
 		b.ReportMetric(msf(res.sent.p99), "sent_p99_ms")
 		b.ReportMetric(res.achieved, "req/s")
 		b.ReportMetric(float64(res.errors), "errors")
-		b.ReportMetric(mib(res.rss), "rss_MiB")
-		b.ReportMetric(mib(res.hwm), "hwm_MiB")
-		b.Logf("offered %.0f req/s for %s: %d requests, %d completed, achieved %.1f req/s, %d errors%s",
+		if !inProcess {
+			b.ReportMetric(mib(res.rss), "rss_MiB")
+			b.ReportMetric(mib(res.hwm), "hwm_MiB")
+			b.ReportMetric(float64(res.serviceCPU.Microseconds())/float64(max(res.completed, 1)), "svc_cpu_us/req")
+		}
+		if res.reported {
+			return
+		}
+		res.reported = true
+		authAfter := svc.authStats(b, lg)
+		say("offered %.0f req/s for %s: %d requests, %d completed, achieved %.1f req/s, %d errors%s",
 			rate, res.duration, res.offered, res.completed, res.achieved, res.errors, res.errorSample())
-		b.Logf("latency from scheduled time: p50 %s  p90 %s  p99 %s  p99.9 %s  max %s   (goal p99 < %s: %s)",
+		say("latency from scheduled time: p50 %s  p90 %s  p99 %s  p99.9 %s  max %s   (goal p99 < %s: %s)",
 			ms(res.sched.p50), ms(res.sched.p90), ms(res.sched.p99), ms(res.sched.p999), ms(res.sched.max), ms(goalP99), verdict(res.sched.p99 < goalP99))
-		b.Logf("latency from actual send:    p50 %s  p90 %s  p99 %s  p99.9 %s  max %s; dispatch lateness max %s; peak in flight %d",
-			ms(res.sent.p50), ms(res.sent.p90), ms(res.sent.p99), ms(res.sent.p999), ms(res.sent.max), ms(res.lateMax), res.peakInFlight)
+		say("latency from actual send:    p50 %s  p90 %s  p99 %s  p99.9 %s  max %s",
+			ms(res.sent.p50), ms(res.sent.p90), ms(res.sent.p99), ms(res.sent.p999), ms(res.sent.max))
+		say("load generator's delay (scheduled → sent): p50 %s  p99 %s  max %s; dispatcher lateness max %s; peak requests in flight %d of %d workers",
+			ms(res.queued.p50), ms(res.queued.p99), ms(res.queued.max), ms(res.lateMax), res.peakInFlight, loadWorkers)
 		if inProcess {
-			b.Logf("service memory: not measured (STACKFLOW_BENCH_INPROCESS=1: the service shares this process)")
+			say("service memory: not measured (STACKFLOW_BENCH_INPROCESS=1: the service shares this process)")
 		} else {
-			b.Logf("service memory: VmRSS %.1f MiB, VmHWM %.1f MiB after the load (before: %.1f / %.1f MiB)   (goal RSS < %d MiB: %s)",
+			say("service memory: VmRSS %.1f MiB, VmHWM %.1f MiB after the load (before: %.1f / %.1f MiB)   (goal RSS < %d MiB: %s)",
 				mib(res.rss), mib(res.hwm), mib(rssStart), mib(hwmStart), goalRSSMiB, verdict(mib(res.rss) < goalRSSMiB))
 		}
-		b.Logf("auth during the load: %s", authAfter.sub(authBefore))
+		say("auth during the load: %s", authAfter.sub(authBefore))
+		if !inProcess {
+			say("service CPU during the load: %s (%.1f µs per answered request); machine CPU busy %.0f%% of %d cores (the rest of it is the API server, etcd, this load generator and whatever else runs); load average %s → %s",
+				res.serviceCPU, float64(res.serviceCPU.Microseconds())/float64(max(res.completed, 1)), 100*res.machineBusy, runtime.NumCPU(), res.load[0], res.load[1])
+		}
 		fmt.Printf("stackflow-analysis load: %d Stacks, %.0f req/s offered for %s: p50 %s p99 %s max %s (goal p99 < 5 ms: %s), %.1f req/s achieved, %d errors, RSS %.1f MiB HWM %.1f MiB (goal RSS < 100 MiB: %s)\n",
 			len(targets), rate, res.duration, ms(res.sched.p50), ms(res.sched.p99), ms(res.sched.max), verdict(res.sched.p99 < goalP99),
 			res.achieved, res.errors, mib(res.rss), mib(res.hwm), verdict(!inProcess && mib(res.rss) < goalRSSMiB))
@@ -330,10 +360,64 @@ func (s svc) memory(b *testing.B) (rss, hwm uint64) {
 	return rss, hwm
 }
 
+// cpu is the CPU time (user + system) the service has used (0 in
+// process).
+func (s svc) cpu(b *testing.B) time.Duration {
+	if s.pid == 0 {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	if err != nil {
+		b.Fatalf("read the service's CPU time: %v", err)
+	}
+	// Fields after the command (which is in parentheses): state is field
+	// 3, utime 14 and stime 15, in clock ticks (USER_HZ, 100 on Linux).
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// systemCPU are the machine's CPU counters (/proc/stat, first line).
+type systemCPU struct{ busy, total int64 }
+
+func readSystemCPU(b *testing.B) systemCPU {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatalf("read /proc/stat: %v", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	var c systemCPU
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		c.total += v
+		if i != 3 && i != 4 { // idle, iowait
+			c.busy += v
+		}
+	}
+	return c
+}
+
+func (c systemCPU) busySince(o systemCPU) float64 {
+	if c.total == o.total {
+		return 0
+	}
+	return float64(c.busy-o.busy) / float64(c.total-o.total)
+}
+
+func loadavg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
 // startService builds ./analysis/cmd/stackflow-analysis and runs it as its
 // own process (or, inProcess, runs service.Run here) with --auth=kube as a
 // system:masters user, and waits for /readyz.
-func startService(b *testing.B, cp *substrate.ControlPlane, ttl string, inProcess bool) svc {
+func startService(b *testing.B, cp *substrate.ControlPlane, ttl string, inProcess bool, note func(string, ...any)) svc {
 	user, err := cp.Env.AddUser(envtest.User{Name: "stackflow-analysis", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -384,7 +468,7 @@ func startService(b *testing.B, cp *substrate.ControlPlane, ttl string, inProces
 		if out, err := build.CombinedOutput(); err != nil {
 			b.Fatalf("build stackflow-analysis: %v\n%s", err, out)
 		}
-		b.Logf("built stackflow-analysis in %s", time.Since(t).Round(time.Millisecond))
+		note("built stackflow-analysis in %s", time.Since(t).Round(time.Millisecond))
 		logPath := filepath.Join(dir, "stackflow-analysis.log")
 		logFile, err := os.Create(logPath)
 		if err != nil {
@@ -602,6 +686,11 @@ type result struct {
 	lateMax            time.Duration
 	peakInFlight       int64
 	rss, hwm           uint64
+	serviceCPU         time.Duration
+	machineBusy        float64
+	load               [2]string
+	reported           bool
+	queued             dist // from the scheduled time to the send: the load generator's own delay
 }
 
 func (r *result) errorSample() string {
@@ -665,9 +754,7 @@ func (lg *loadClient) run(targets []target, rate float64, d time.Duration) resul
 	var lateMax time.Duration
 	for i := range n {
 		due := start.Add(time.Duration(i) * interval)
-		if w := time.Until(due); w > 0 {
-			time.Sleep(w)
-		}
+		sleepUntil(due)
 		if late := time.Since(due); late > lateMax {
 			lateMax = late
 		}
@@ -682,7 +769,7 @@ func (lg *loadClient) run(targets []target, rate float64, d time.Duration) resul
 	}
 	last := time.Since(start)
 	r := result{duration: d, offered: n, errSamples: map[string]int{}, lateMax: lateMax, peakInFlight: peak.Load()}
-	var sched, sent []time.Duration
+	var sched, sent, queued []time.Duration
 	var lastEnd time.Duration
 	for _, s := range samples {
 		if !s.done {
@@ -690,7 +777,7 @@ func (lg *loadClient) run(targets []target, rate float64, d time.Duration) resul
 			r.errSamples["no answer in "+drainTimeout.String()+" after the load"]++
 			continue
 		}
-		sched, sent = append(sched, s.sched), append(sent, s.sent)
+		sched, sent, queued = append(sched, s.sched), append(sent, s.sent), append(queued, s.sched-s.sent)
 		r.completed++
 		if s.err != nil {
 			r.errors++
@@ -716,8 +803,24 @@ func (lg *loadClient) run(targets []target, rate float64, d time.Duration) resul
 		lastEnd = last
 	}
 	r.achieved = float64(r.completed-r.errors) / lastEnd.Seconds()
-	r.sched, r.sent = percentiles(sched), percentiles(sent)
+	r.sched, r.sent, r.queued = percentiles(sched), percentiles(sent), percentiles(queued)
 	return r
+}
+
+// sleepUntil sleeps with nanosleep(2): the runtime's timers may wake a
+// sleeper up to a millisecond late when every P is idle (netpoll waits in
+// whole milliseconds), which would count as the service's latency.
+func sleepUntil(t time.Time) {
+	for {
+		d := time.Until(t)
+		if d <= 0 {
+			return
+		}
+		ts := syscall.NsecToTimespec(int64(d))
+		if err := syscall.Nanosleep(&ts, nil); err == nil {
+			return
+		}
+	}
 }
 
 func mustOK(b *testing.B, what string, err error) {
