@@ -28,8 +28,10 @@
 //	STACKFLOW_BENCH_RATE            offered requests per second (default 1000)
 //	STACKFLOW_BENCH_AUTH_CACHE_TTL  the service's --auth-cache-ttl (default 10s, the service's default)
 //	STACKFLOW_BENCH_INPROCESS=1     run the service in this process (service.Run) instead of as
-//	                                its own process, so that -cpuprofile profiles it (with the
+//	                                its own process, so that a CPU profile holds it (with the
 //	                                load generator); its memory is then not reported
+//	STACKFLOW_BENCH_CPUPROFILE      a file: the CPU profile of this process during the load window
+//	                                only (with STACKFLOW_BENCH_INPROCESS=1: the service's handlers)
 //
 // The load runs once per benchmark invocation, whatever b.N is: the setup
 // (control plane, Stacks, service) is done once by the parent benchmark and

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,6 +90,7 @@ func BenchmarkVerificationLoad(b *testing.B) {
 	if _, err := time.ParseDuration(ttl); err != nil {
 		b.Fatalf("STACKFLOW_BENCH_AUTH_CACHE_TTL=%q: %v", ttl, err)
 	}
+	ttlD, _ := time.ParseDuration(ttl)
 	inProcess := os.Getenv("STACKFLOW_BENCH_INPROCESS") == "1"
 
 	// The parent benchmark's own log is not printed when it has
@@ -132,6 +134,7 @@ func BenchmarkVerificationLoad(b *testing.B) {
 	// SubjectAccessReview, the second (same Stack) neither, the third
 	// (another Stack, same caller) a SubjectAccessReview only, as the access
 	// cache key is user + namespace + name.
+	firstAt := time.Now()
 	first, err := lg.timed(targets[0])
 	mustOK(b, "first request", err)
 	again, err := lg.timed(targets[0])
@@ -167,7 +170,9 @@ func BenchmarkVerificationLoad(b *testing.B) {
 			}
 			cpu0, sys0 := svc.cpu(b), readSystemCPU(b)
 			load0 := loadavg()
-			r := lg.run(targets, rate, time.Duration(seconds*float64(time.Second)))
+			stopProfile := startProfile(b, inProcess, say)
+			r := lg.run(targets, rate, time.Duration(seconds*float64(time.Second)), firstAt.Add(ttlD))
+			stopProfile()
 			cpu1, sys1 := svc.cpu(b), readSystemCPU(b)
 			r.rss, r.hwm = svc.memory(b)
 			r.serviceCPU, r.machineBusy, r.load = cpu1-cpu0, sys1.busySince(sys0), [2]string{load0, loadavg()}
@@ -206,6 +211,13 @@ func BenchmarkVerificationLoad(b *testing.B) {
 				mib(res.rss), mib(res.hwm), mib(rssStart), mib(hwmStart), goalRSSMiB, verdict(mib(res.rss) < goalRSSMiB))
 		}
 		say("auth during the load: %s", authAfter.sub(authBefore))
+		if res.afterN > 0 {
+			say("the first auth cache entry expires %s into the load: the %d requests scheduled before: p50 %s p99 %s max %s; the %d after: p50 %s p99 %s max %s",
+				res.expiryAt.Round(time.Millisecond), res.beforeN, ms(res.before.p50), ms(res.before.p99), ms(res.before.max),
+				res.afterN, ms(res.after.p50), ms(res.after.p99), ms(res.after.max))
+		} else {
+			say("no auth cache entry expired during the load (--auth-cache-ttl=%s)", ttl)
+		}
 		if !inProcess {
 			say("service CPU during the load: %s (%.1f µs per answered request); machine CPU busy %.0f%% of %d cores (the rest of it is the API server, etcd, this load generator and whatever else runs); load average %s → %s",
 				res.serviceCPU, float64(res.serviceCPU.Microseconds())/float64(max(res.completed, 1)), 100*res.machineBusy, runtime.NumCPU(), res.load[0], res.load[1])
@@ -690,7 +702,12 @@ type result struct {
 	machineBusy        float64
 	load               [2]string
 	reported           bool
-	queued             dist // from the scheduled time to the send: the load generator's own delay
+	// The answers scheduled before and after the first auth cache expiry
+	// (expiryAt after the start).
+	expiryAt        time.Duration
+	beforeN, afterN int
+	before, after   dist
+	queued          dist // from the scheduled time to the send: the load generator's own delay
 }
 
 func (r *result) errorSample() string {
@@ -712,7 +729,10 @@ func (r *result) errorSample() string {
 // start + i/rate and handed to a pool of loadWorkers workers at that time,
 // whether or not earlier requests were answered. Each request is for a
 // random target (a fixed seed, so runs send the same sequence).
-func (lg *loadClient) run(targets []target, rate float64, d time.Duration) result {
+//
+// expiry is when the first auth cache entry (the token's) expires: the
+// answers scheduled before and after it are also summed up apart.
+func (lg *loadClient) run(targets []target, rate float64, d time.Duration, expiry time.Time) result {
 	n := int(rate * d.Seconds())
 	interval := time.Duration(float64(time.Second) / rate)
 	rnd := rand.New(rand.NewPCG(1, 2))
@@ -804,7 +824,47 @@ func (lg *loadClient) run(targets []target, rate float64, d time.Duration) resul
 	}
 	r.achieved = float64(r.completed-r.errors) / lastEnd.Seconds()
 	r.sched, r.sent, r.queued = percentiles(sched), percentiles(sent), percentiles(queued)
+	var before, after []time.Duration
+	for i, s := range samples {
+		if !s.done {
+			continue
+		}
+		if start.Add(time.Duration(i) * interval).Before(expiry) {
+			before = append(before, s.sched)
+		} else {
+			after = append(after, s.sched)
+		}
+	}
+	r.expiryAt = expiry.Sub(start)
+	r.beforeN, r.afterN = len(before), len(after)
+	r.before, r.after = percentiles(before), percentiles(after)
 	return r
+}
+
+// startProfile writes a CPU profile of the load window to
+// $STACKFLOW_BENCH_CPUPROFILE, when set; with STACKFLOW_BENCH_INPROCESS=1
+// it holds the service's handlers as well as the load generator.
+func startProfile(b *testing.B, inProcess bool, say func(string, ...any)) (stop func()) {
+	path := os.Getenv("STACKFLOW_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	if !inProcess {
+		say("STACKFLOW_BENCH_CPUPROFILE profiles this process only: set STACKFLOW_BENCH_INPROCESS=1 to profile the service")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatalf("start the CPU profile (not with -cpuprofile): %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		say("CPU profile of the load window written to %s", path)
+	}
 }
 
 // sleepUntil sleeps with nanosleep(2): the runtime's timers may wake a
