@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/stackflow-io/stackflow/analysis/service"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
@@ -222,9 +223,13 @@ func BenchmarkVerificationLoad(b *testing.B) {
 			say("service CPU during the load: %s (%.1f µs per answered request); machine CPU busy %.0f%% of %d cores (the rest of it is the API server, etcd, this load generator and whatever else runs); load average %s → %s",
 				res.serviceCPU, float64(res.serviceCPU.Microseconds())/float64(max(res.completed, 1)), 100*res.machineBusy, runtime.NumCPU(), res.load[0], res.load[1])
 		}
+		memVerdict := verdict(mib(res.rss) < goalRSSMiB)
+		if inProcess {
+			memVerdict = "not measured in process"
+		}
 		fmt.Printf("stackflow-analysis load: %d Stacks, %.0f req/s offered for %s: p50 %s p99 %s max %s (goal p99 < 5 ms: %s), %.1f req/s achieved, %d errors, RSS %.1f MiB HWM %.1f MiB (goal RSS < 100 MiB: %s)\n",
 			len(targets), rate, res.duration, ms(res.sched.p50), ms(res.sched.p99), ms(res.sched.max), verdict(res.sched.p99 < goalP99),
-			res.achieved, res.errors, mib(res.rss), mib(res.hwm), verdict(!inProcess && mib(res.rss) < goalRSSMiB))
+			res.achieved, res.errors, mib(res.rss), mib(res.hwm), memVerdict)
 	})
 }
 
@@ -456,6 +461,7 @@ func startService(b *testing.B, cp *substrate.ControlPlane, ttl string, inProces
 			b.Fatal(err)
 		}
 		cfg.QPS = -1 // as ctrl.GetConfig does
+		ctrllog.SetLogger(logr.Discard())
 		d, _ := time.ParseDuration(ttl)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -605,6 +611,8 @@ func newLoadClient(base, token string) *loadClient {
 
 func (lg *loadClient) close() { lg.tr.CloseIdleConnections() }
 
+var succeeded = []byte(`{"phase":"Succeeded",`)
+
 // answer is the part of a verification answer that is checked.
 type answer struct {
 	Phase  string `json:"phase"`
@@ -632,6 +640,13 @@ func (lg *loadClient) do(t target) (end time.Time, err error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		return end, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	// The answer is encoding/json's encoding of verification.Result, phase
+	// first: a prefix check costs the load generator (which shares the
+	// machine's cores with the service) nothing; anything else is decoded
+	// to say what it was.
+	if bytes.HasPrefix(body, succeeded) {
+		return end, nil
 	}
 	var a answer
 	if err := json.Unmarshal(body, &a); err != nil {
