@@ -169,14 +169,15 @@ func BenchmarkVerificationLoad(b *testing.B) {
 			for _, n := range notes {
 				say("%s", n)
 			}
-			cpu0, sys0 := svc.cpu(b), readSystemCPU(b)
+			cpu0, sys0, own0, cp0 := svc.cpu(b), readSystemCPU(b), procCPU(os.Getpid()), controlPlaneCPU(svc.pid)
 			load0 := loadavg()
 			stopProfile := startProfile(b, inProcess, say)
 			r := lg.run(targets, rate, time.Duration(seconds*float64(time.Second)), firstAt.Add(ttlD))
 			stopProfile()
-			cpu1, sys1 := svc.cpu(b), readSystemCPU(b)
+			cpu1, sys1, own1, cp1 := svc.cpu(b), readSystemCPU(b), procCPU(os.Getpid()), controlPlaneCPU(svc.pid)
 			r.rss, r.hwm = svc.memory(b)
 			r.serviceCPU, r.machineBusy, r.load = cpu1-cpu0, sys1.busySince(sys0), [2]string{load0, loadavg()}
+			r.ownCPU, r.controlPlaneCPU, r.machineCPU, r.stealCPU = own1-own0, cp1-cp0, sys1.busyTime(sys0), sys1.stealTime(sys0)
 			res = &r
 		}
 		b.ReportMetric(0, "ns/op")
@@ -212,6 +213,11 @@ func BenchmarkVerificationLoad(b *testing.B) {
 				mib(res.rss), mib(res.hwm), mib(rssStart), mib(hwmStart), goalRSSMiB, verdict(mib(res.rss) < goalRSSMiB))
 		}
 		say("auth during the load: %s", authAfter.sub(authBefore))
+		var bySec []string
+		for _, d := range res.p99BySecond {
+			bySec = append(bySec, fmt.Sprintf("%.1f", msf(d)))
+		}
+		say("p99 (from scheduled time) of each second of the load, ms: %s", strings.Join(bySec, " "))
 		if res.afterN > 0 {
 			say("the first auth cache entry expires %s into the load: the %d requests scheduled before: p50 %s p99 %s max %s; the %d after: p50 %s p99 %s max %s",
 				res.expiryAt.Round(time.Millisecond), res.beforeN, ms(res.before.p50), ms(res.before.p99), ms(res.before.max),
@@ -220,9 +226,11 @@ func BenchmarkVerificationLoad(b *testing.B) {
 			say("no auth cache entry expired during the load (--auth-cache-ttl=%s)", ttl)
 		}
 		if !inProcess {
-			say("service CPU during the load: %s (%.1f µs per answered request); machine CPU busy %.0f%% of %d cores (the rest of it is the API server, etcd, this load generator and whatever else runs); load average %s → %s",
-				res.serviceCPU, float64(res.serviceCPU.Microseconds())/float64(max(res.completed, 1)), 100*res.machineBusy, runtime.NumCPU(), res.load[0], res.load[1])
+			say("service CPU during the load: %s (%.1f µs per answered request)", res.serviceCPU, float64(res.serviceCPU.Microseconds())/float64(max(res.completed, 1)))
 		}
+		say("machine CPU during the load: busy %.0f%% of %d cores = %s: the service %s, the load generator (this process) %s, kube-apiserver + etcd %s, everything else on the machine %s; stolen by the hypervisor %s; load average %s → %s",
+			100*res.machineBusy, runtime.NumCPU(), res.machineCPU, res.serviceCPU, res.ownCPU, res.controlPlaneCPU,
+			max(res.machineCPU-res.serviceCPU-res.ownCPU-res.controlPlaneCPU, 0), res.stealCPU, res.load[0], res.load[1])
 		memVerdict := verdict(mib(res.rss) < goalRSSMiB)
 		if inProcess {
 			memVerdict = "not measured in process"
@@ -383,20 +391,55 @@ func (s svc) cpu(b *testing.B) time.Duration {
 	if s.pid == 0 {
 		return 0
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	return procCPU(s.pid)
+}
+
+// procCPU is the CPU time (user + system) process pid has used, 0 when it
+// cannot be read.
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		b.Fatalf("read the service's CPU time: %v", err)
+		return 0
 	}
-	// Fields after the command (which is in parentheses): state is field
-	// 3, utime 14 and stime 15, in clock ticks (USER_HZ, 100 on Linux).
+	// Fields after the command (which is in parentheses): utime is field 14
+	// and stime 15, in clock ticks (USER_HZ, 100 on Linux).
 	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
+// controlPlaneCPU is the CPU time of this process's children but the
+// service (pid except): envtest's kube-apiserver and etcd.
+func controlPlaneCPU(except int) time.Duration {
+	self := os.Getpid()
+	ents, _ := os.ReadDir("/proc")
+	var sum time.Duration
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == except {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == self {
+			sum += procCPU(pid)
+		}
+	}
+	return sum
+}
+
 // systemCPU are the machine's CPU counters (/proc/stat, first line).
-type systemCPU struct{ busy, total int64 }
+type systemCPU struct{ busy, steal, total int64 }
 
 func readSystemCPU(b *testing.B) systemCPU {
 	data, err := os.ReadFile("/proc/stat")
@@ -407,12 +450,27 @@ func readSystemCPU(b *testing.B) systemCPU {
 	var c systemCPU
 	for i, f := range strings.Fields(line)[1:] {
 		v, _ := strconv.ParseInt(f, 10, 64)
+		if i >= 8 { // guest time, already in user time
+			break
+		}
 		c.total += v
-		if i != 3 && i != 4 { // idle, iowait
+		switch i {
+		case 3, 4: // idle, iowait
+		case 7:
+			c.steal += v
+		default:
 			c.busy += v
 		}
 	}
 	return c
+}
+
+func (c systemCPU) stealTime(o systemCPU) time.Duration {
+	return time.Duration(c.steal-o.steal) * 10 * time.Millisecond
+}
+
+func (c systemCPU) busyTime(o systemCPU) time.Duration {
+	return time.Duration(c.busy-o.busy) * 10 * time.Millisecond
 }
 
 func (c systemCPU) busySince(o systemCPU) float64 {
@@ -715,11 +773,19 @@ type result struct {
 	rss, hwm           uint64
 	serviceCPU         time.Duration
 	machineBusy        float64
-	load               [2]string
-	reported           bool
+	// CPU used during the load by this process (the load generator, and
+	// the service in process), the control plane (kube-apiserver, etcd)
+	// and the whole machine.
+	ownCPU, controlPlaneCPU, machineCPU time.Duration
+	// stealCPU is the time the hypervisor ran something else while this
+	// machine had work.
+	stealCPU time.Duration
+	load     [2]string
+	reported bool
 	// The answers scheduled before and after the first auth cache expiry
 	// (expiryAt after the start).
 	expiryAt        time.Duration
+	p99BySecond     []time.Duration
 	beforeN, afterN int
 	before, after   dist
 	queued          dist // from the scheduled time to the send: the load generator's own delay
@@ -849,6 +915,16 @@ func (lg *loadClient) run(targets []target, rate float64, d time.Duration, expir
 		} else {
 			after = append(after, s.sched)
 		}
+	}
+	perSec := map[int][]time.Duration{}
+	for i, s := range samples {
+		if s.done {
+			sec := int((time.Duration(i) * interval) / time.Second)
+			perSec[sec] = append(perSec[sec], s.sched)
+		}
+	}
+	for sec := 0; sec < len(perSec); sec++ {
+		r.p99BySecond = append(r.p99BySecond, percentiles(perSec[sec]).p99)
 	}
 	r.expiryAt = expiry.Sub(start)
 	r.beforeN, r.afterN = len(before), len(after)
