@@ -32,6 +32,8 @@
 //	                                load generator); its memory is then not reported
 //	STACKFLOW_BENCH_CPUPROFILE      a file: the CPU profile of this process during the load window
 //	                                only (with STACKFLOW_BENCH_INPROCESS=1: the service's handlers)
+//	STACKFLOW_BENCH_PERF            a file: perf record -g of the service process during the load
+//	                                window (perf report -i <file>), the real binary unchanged
 //
 // The load runs once per benchmark invocation, whatever b.N is: the setup
 // (control plane, Stacks, service) is done once by the parent benchmark and

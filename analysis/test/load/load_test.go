@@ -126,7 +126,7 @@ func BenchmarkVerificationLoad(b *testing.B) {
 	token := verifierToken(b, c, cs)
 
 	svc := startService(b, cp, ttl, inProcess, note)
-	note("stackflow-analysis ready at %s (--auth=kube --auth-cache-ttl=%s, in process: %v)", svc.url, ttl, inProcess)
+	note("stackflow-analysis ready at %s (pid %d; --auth=kube --auth-cache-ttl=%s, in process: %v)", svc.url, svc.pid, ttl, inProcess)
 	lg := newLoadClient(svc.url, token)
 	defer lg.close()
 	rssStart, hwmStart := svc.memory(b)
@@ -172,8 +172,10 @@ func BenchmarkVerificationLoad(b *testing.B) {
 			cpu0, sys0, own0, cp0 := svc.cpu(b), readSystemCPU(b), procCPU(os.Getpid()), controlPlaneCPU(svc.pid)
 			load0 := loadavg()
 			stopProfile := startProfile(b, inProcess, say)
+			stopPerf := startPerf(b, svc.pid, say)
 			r := lg.run(targets, rate, time.Duration(seconds*float64(time.Second)), firstAt.Add(ttlD))
 			stopProfile()
+			stopPerf()
 			cpu1, sys1, own1, cp1 := svc.cpu(b), readSystemCPU(b), procCPU(os.Getpid()), controlPlaneCPU(svc.pid)
 			r.rss, r.hwm = svc.memory(b)
 			r.serviceCPU, r.machineBusy, r.load = cpu1-cpu0, sys1.busySince(sys0), [2]string{load0, loadavg()}
@@ -955,6 +957,36 @@ func startProfile(b *testing.B, inProcess bool, say func(string, ...any)) (stop 
 		pprof.StopCPUProfile()
 		f.Close()
 		say("CPU profile of the load window written to %s", path)
+	}
+}
+
+// startPerf records the service process with perf(1) during the load
+// window into $STACKFLOW_BENCH_PERF, when set (read it with perf report
+// -i <file>): a CPU profile of the real binary, runtime and kernel included,
+// that needs no change to the service.
+func startPerf(b *testing.B, pid int, say func(string, ...any)) (stop func()) {
+	path := os.Getenv("STACKFLOW_BENCH_PERF")
+	if path == "" {
+		return func() {}
+	}
+	if pid == 0 {
+		say("STACKFLOW_BENCH_PERF needs the service as its own process (not STACKFLOW_BENCH_INPROCESS=1)")
+		return func() {}
+	}
+	cmd := exec.Command("perf", "record", "-F", "999", "-g", "-p", strconv.Itoa(pid), "-o", path)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start perf record: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // perf attaches
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil {
+			say("perf record: %v: %s", err, bytes.TrimSpace(out.Bytes()))
+			return
+		}
+		say("perf profile of the service during the load written to %s (perf report -i %s)", path, path)
 	}
 }
 
