@@ -88,10 +88,10 @@ func BenchmarkVerificationLoad(b *testing.B) {
 	if ttl == "" {
 		ttl = "10s"
 	}
-	if _, err := time.ParseDuration(ttl); err != nil {
-		b.Fatalf("STACKFLOW_BENCH_AUTH_CACHE_TTL=%q: %v", ttl, err)
+	ttlD, err := time.ParseDuration(ttl)
+	if err != nil || ttlD <= 0 {
+		b.Fatalf("STACKFLOW_BENCH_AUTH_CACHE_TTL=%q: want a positive duration", ttl)
 	}
-	ttlD, _ := time.ParseDuration(ttl)
 	inProcess := os.Getenv("STACKFLOW_BENCH_INPROCESS") == "1"
 
 	// The parent benchmark's own log is not printed when it has
@@ -522,7 +522,7 @@ func startService(b *testing.B, cp *substrate.ControlPlane, ttl string, inProces
 		}
 		cfg.QPS = -1 // as ctrl.GetConfig does
 		ctrllog.SetLogger(logr.Discard())
-		d, _ := time.ParseDuration(ttl)
+		d, _ := time.ParseDuration(ttl) // checked by the caller
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
