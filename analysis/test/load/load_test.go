@@ -48,17 +48,20 @@ import (
 
 // The shape of the load.
 const (
-	namespaces       = 10
-	stacksPerNS      = 100
-	defaultSeconds   = 10
-	defaultRate      = 1000
-	setupWorkers     = 8
-	warmWorkers      = 16
-	loadWorkers      = 512
-	requestTimeout   = 30 * time.Second
-	drainTimeout     = 35 * time.Second
-	goalP99          = 5 * time.Millisecond
-	goalRSSMiB       = 100
+	namespaces     = 10
+	stacksPerNS    = 100
+	defaultSeconds = 10
+	defaultRate    = 1000
+	setupWorkers   = 8
+	warmWorkers    = 16
+	loadWorkers    = 512
+	requestTimeout = 30 * time.Second
+	drainTimeout   = 35 * time.Second
+	goalP99        = 5 * time.Millisecond
+	goalRSSMiB     = 100
+	// busyWarn is the share of the machine's CPU that other work may use
+	// during the load before the report warns that it skews the figures.
+	busyWarn         = 0.25
 	verifierSA       = "verifier"
 	verifierSANS     = "load-auth"
 	verifierRoleName = "stackflow-load-stack-verifier"
@@ -233,6 +236,10 @@ func BenchmarkVerificationLoad(b *testing.B) {
 		say("machine CPU during the load: busy %.0f%% of %d cores = %s: the service %s, the load generator (this process) %s, kube-apiserver + etcd %s, everything else on the machine %s; stolen by the hypervisor %s; load average %s → %s",
 			100*res.machineBusy, runtime.NumCPU(), res.machineCPU, res.serviceCPU, res.ownCPU, res.controlPlaneCPU,
 			max(res.machineCPU-res.serviceCPU-res.ownCPU-res.controlPlaneCPU, 0), res.stealCPU, res.load[0], res.load[1])
+		if other := res.machineCPU - res.serviceCPU - res.ownCPU - res.controlPlaneCPU; other > time.Duration(float64(runtime.NumCPU())*float64(res.duration)*busyWarn) {
+			say("WARNING: other work on this machine used %s of CPU during the load (more than %.0f%% of its %d cores): the latency figures overstate the service's own; run again on a quiet machine",
+				other, 100*busyWarn, runtime.NumCPU())
+		}
 		memVerdict := verdict(mib(res.rss) < goalRSSMiB)
 		if inProcess {
 			memVerdict = "not measured in process"
@@ -665,8 +672,13 @@ func newLoadClient(base, token string) *loadClient {
 		MaxIdleConnsPerHost: loadWorkers,
 		IdleConnTimeout:     60 * time.Second,
 		DisableCompression:  true,
+		// Not http.Client.Timeout: it costs every request a cancel
+		// context and a timer (a tenth of the load generator's CPU,
+		// which shares the machine with the service); the answers are
+		// small, so the header timeout bounds a request as well.
+		ResponseHeaderTimeout: requestTimeout,
 	}
-	return &loadClient{base: base, auth: "Bearer " + token, tr: tr, c: &http.Client{Transport: tr, Timeout: requestTimeout}}
+	return &loadClient{base: base, auth: "Bearer " + token, tr: tr, c: &http.Client{Transport: tr}}
 }
 
 func (lg *loadClient) close() { lg.tr.CloseIdleConnections() }
