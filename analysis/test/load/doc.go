@@ -35,6 +35,13 @@
 //	STACKFLOW_BENCH_PERF            a file: perf record -g of the service process during the load
 //	                                window (perf report -i <file>), the real binary unchanged
 //
+// Reading the figures: the service, kube-apiserver, etcd and the load
+// generator share the machine, so the report attributes the machine's CPU
+// during the load (and warns when other work used more than a quarter of
+// it). The auth caches expire --auth-cache-ttl after the warm-up: the
+// report also splits the latencies at the first expiry, and
+// STACKFLOW_BENCH_AUTH_CACHE_TTL=1h measures the serving path alone.
+//
 // The load runs once per benchmark invocation, whatever b.N is: the setup
 // (control plane, Stacks, service) is done once by the parent benchmark and
 // the load by the sub-benchmark "1000rps", which memoizes its result, so a
