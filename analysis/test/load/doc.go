@@ -36,9 +36,10 @@
 //	                                window (perf report -i <file>), the real binary unchanged
 //
 // Reading the figures: the service, kube-apiserver, etcd and the load
-// generator share the machine, so the report attributes the machine's CPU
-// during the load (and warns when other work used more than a quarter of
-// it). The auth caches expire --auth-cache-ttl after the warm-up: the
+// generator share the machine (and whatever else runs on it), so the report
+// gives each one's CPU during the load and how long the service's threads
+// waited, runnable, for a CPU (/proc/<pid>/task/*/schedstat); it warns when
+// that wait exceeds half their run time. The auth caches expire --auth-cache-ttl after the warm-up: the
 // report also splits the latencies at the first expiry, and
 // STACKFLOW_BENCH_AUTH_CACHE_TTL=1h measures the serving path alone.
 //

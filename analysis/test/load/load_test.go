@@ -59,9 +59,10 @@ const (
 	drainTimeout   = 35 * time.Second
 	goalP99        = 5 * time.Millisecond
 	goalRSSMiB     = 100
-	// busyWarn is the share of the machine's CPU that other work may use
-	// during the load before the report warns that it skews the figures.
-	busyWarn         = 0.25
+	// waitWarn: the report warns that the machine's other work skews the
+	// figures when the service's threads waited, runnable, for a CPU
+	// longer than this share of the time they ran.
+	waitWarn         = 0.5
 	verifierSA       = "verifier"
 	verifierSANS     = "load-auth"
 	verifierRoleName = "stackflow-load-stack-verifier"
@@ -172,17 +173,22 @@ func BenchmarkVerificationLoad(b *testing.B) {
 			for _, n := range notes {
 				say("%s", n)
 			}
-			cpu0, sys0, own0, cp0 := svc.cpu(b), readSystemCPU(b), procCPU(os.Getpid()), controlPlaneCPU(svc.pid)
+			cpu0, own0, cp0 := svc.cpu(b), procCPU(os.Getpid()), controlPlaneCPU(svc.pid)
+			srun0, swait0 := schedstat(svc.pid)
+			grun0, gwait0 := schedstat(os.Getpid())
 			load0 := loadavg()
 			stopProfile := startProfile(b, inProcess, say)
 			stopPerf := startPerf(b, svc.pid, say)
 			r := lg.run(targets, rate, time.Duration(seconds*float64(time.Second)), firstAt.Add(ttlD))
 			stopProfile()
 			stopPerf()
-			cpu1, sys1, own1, cp1 := svc.cpu(b), readSystemCPU(b), procCPU(os.Getpid()), controlPlaneCPU(svc.pid)
+			cpu1, own1, cp1 := svc.cpu(b), procCPU(os.Getpid()), controlPlaneCPU(svc.pid)
+			srun1, swait1 := schedstat(svc.pid)
+			grun1, gwait1 := schedstat(os.Getpid())
 			r.rss, r.hwm = svc.memory(b)
-			r.serviceCPU, r.machineBusy, r.load = cpu1-cpu0, sys1.busySince(sys0), [2]string{load0, loadavg()}
-			r.ownCPU, r.controlPlaneCPU, r.machineCPU, r.stealCPU = own1-own0, cp1-cp0, sys1.busyTime(sys0), sys1.stealTime(sys0)
+			r.serviceCPU, r.load = cpu1-cpu0, [2]string{load0, loadavg()}
+			r.ownCPU, r.controlPlaneCPU = own1-own0, cp1-cp0
+			r.serviceRun, r.serviceWait, r.genRun, r.genWait = srun1-srun0, swait1-swait0, grun1-grun0, gwait1-gwait0
 			res = &r
 		}
 		b.ReportMetric(0, "ns/op")
@@ -233,12 +239,15 @@ func BenchmarkVerificationLoad(b *testing.B) {
 		if !inProcess {
 			say("service CPU during the load: %s (%.1f µs per answered request)", res.serviceCPU, float64(res.serviceCPU.Microseconds())/float64(max(res.completed, 1)))
 		}
-		say("machine CPU during the load: busy %.0f%% of %d cores = %s: the service %s, the load generator (this process) %s, kube-apiserver + etcd %s, everything else on the machine %s; stolen by the hypervisor %s; load average %s → %s",
-			100*res.machineBusy, runtime.NumCPU(), res.machineCPU, res.serviceCPU, res.ownCPU, res.controlPlaneCPU,
-			max(res.machineCPU-res.serviceCPU-res.ownCPU-res.controlPlaneCPU, 0), res.stealCPU, res.load[0], res.load[1])
-		if other := res.machineCPU - res.serviceCPU - res.ownCPU - res.controlPlaneCPU; other > time.Duration(float64(runtime.NumCPU())*float64(res.duration)*busyWarn) {
-			say("WARNING: other work on this machine used %s of CPU during the load (more than %.0f%% of its %d cores): the latency figures overstate the service's own; run again on a quiet machine",
-				other, 100*busyWarn, runtime.NumCPU())
+		say("CPU during the load: the service %s, the load generator (this process) %s, kube-apiserver + etcd %s; load average %s → %s",
+			res.serviceCPU, res.ownCPU, res.controlPlaneCPU, res.load[0], res.load[1])
+		if !inProcess {
+			say("run-queue delay (runnable, waiting for a CPU): the service's threads %s (for %s run), the load generator's %s (for %s run)",
+				res.serviceWait.Round(time.Millisecond), res.serviceRun.Round(time.Millisecond), res.genWait.Round(time.Millisecond), res.genRun.Round(time.Millisecond))
+			if res.serviceWait > time.Duration(float64(res.serviceRun)*waitWarn) {
+				say("WARNING: the service's threads waited %s for a CPU while they ran %s: the machine's %d cores were busy with other work, and the latency figures overstate the service's own; run again on a quiet machine",
+					res.serviceWait.Round(time.Millisecond), res.serviceRun.Round(time.Millisecond), runtime.NumCPU())
+			}
 		}
 		memVerdict := verdict(mib(res.rss) < goalRSSMiB)
 		if inProcess {
@@ -447,46 +456,29 @@ func controlPlaneCPU(except int) time.Duration {
 	return sum
 }
 
-// systemCPU are the machine's CPU counters (/proc/stat, first line).
-type systemCPU struct{ busy, steal, total int64 }
-
-func readSystemCPU(b *testing.B) systemCPU {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		b.Fatalf("read /proc/stat: %v", err)
+// schedstat sums /proc/<pid>/task/*/schedstat: the time the process's
+// threads ran and the time they waited, runnable, for a CPU (the kernel's
+// run-queue delay, which the machine's other work causes). Threads that
+// exit are not counted (a Go process seldom ends a thread).
+func schedstat(pid int) (run, wait time.Duration) {
+	if pid == 0 {
+		return 0, 0
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	var c systemCPU
-	for i, f := range strings.Fields(line)[1:] {
-		v, _ := strconv.ParseInt(f, 10, 64)
-		if i >= 8 { // guest time, already in user time
-			break
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
 		}
-		c.total += v
-		switch i {
-		case 3, 4: // idle, iowait
-		case 7:
-			c.steal += v
-		default:
-			c.busy += v
+		f := strings.Fields(string(data))
+		if len(f) < 2 {
+			continue
 		}
+		r, _ := strconv.ParseInt(f[0], 10, 64)
+		w, _ := strconv.ParseInt(f[1], 10, 64)
+		run, wait = run+time.Duration(r), wait+time.Duration(w)
 	}
-	return c
-}
-
-func (c systemCPU) stealTime(o systemCPU) time.Duration {
-	return time.Duration(c.steal-o.steal) * 10 * time.Millisecond
-}
-
-func (c systemCPU) busyTime(o systemCPU) time.Duration {
-	return time.Duration(c.busy-o.busy) * 10 * time.Millisecond
-}
-
-func (c systemCPU) busySince(o systemCPU) float64 {
-	if c.total == o.total {
-		return 0
-	}
-	return float64(c.busy-o.busy) / float64(c.total-o.total)
+	return run, wait
 }
 
 func loadavg() string {
@@ -786,16 +778,15 @@ type result struct {
 	peakInFlight       int64
 	rss, hwm           uint64
 	serviceCPU         time.Duration
-	machineBusy        float64
 	// CPU used during the load by this process (the load generator, and
-	// the service in process), the control plane (kube-apiserver, etcd)
-	// and the whole machine.
-	ownCPU, controlPlaneCPU, machineCPU time.Duration
-	// stealCPU is the time the hypervisor ran something else while this
-	// machine had work.
-	stealCPU time.Duration
-	load     [2]string
-	reported bool
+	// the service in process) and the control plane (kube-apiserver,
+	// etcd).
+	ownCPU, controlPlaneCPU time.Duration
+	// The time the service's and this process's threads ran and waited,
+	// runnable, for a CPU.
+	serviceRun, serviceWait, genRun, genWait time.Duration
+	load                                     [2]string
+	reported                                 bool
 	// The answers scheduled before and after the first auth cache expiry
 	// (expiryAt after the start).
 	expiryAt        time.Duration
