@@ -61,8 +61,11 @@ const (
 	goalRSSMiB     = 100
 	// waitWarn: the report warns that the machine's other work skews the
 	// figures when the service's threads waited, runnable, for a CPU
-	// longer than this share of the time they ran.
-	waitWarn         = 0.5
+	// longer than this multiple of the time they ran. On the 2-core
+	// machine this was calibrated on, quiet runs (p99 1.2–2.3 ms with no
+	// auth cache expiry) waited 0.75–1.1× their run time, runs beside
+	// other sessions' fuzzing and builds 1.4–2.1×.
+	waitWarn         = 1.25
 	verifierSA       = "verifier"
 	verifierSANS     = "load-auth"
 	verifierRoleName = "stackflow-load-stack-verifier"
