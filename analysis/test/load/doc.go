@@ -39,9 +39,10 @@
 // generator share the machine (and whatever else runs on it), so the report
 // gives each one's CPU during the load and how long the service's threads
 // waited, runnable, for a CPU (/proc/<pid>/task/*/schedstat); it warns when
-// that wait exceeds 1.25 times their run time. The auth caches expire --auth-cache-ttl after the warm-up: the
-// report also splits the latencies at the first expiry, and
-// STACKFLOW_BENCH_AUTH_CACHE_TTL=1h measures the serving path alone.
+// that wait exceeds 1.25 times their run time. The auth caches expire
+// --auth-cache-ttl after the warm-up: the report also splits the latencies
+// at the first expiry, and STACKFLOW_BENCH_AUTH_CACHE_TTL=1h measures the
+// serving path alone.
 //
 // The load runs once per benchmark invocation, whatever b.N is: the setup
 // (control plane, Stacks, service) is done once by the parent benchmark and
