@@ -60,6 +60,10 @@ test: substrate tools build ## Obtain the substrate, then run the whole test sui
 	$(MAKE) verify-generate
 	eval "$$($(SUBSTRATE) env)" && go test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
+.PHONY: bench-analysis
+bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stacks, 1,000 req/s, p50/p99 latency and RSS
+	eval "$$($(SUBSTRATE) env)" && go test -run XXX -bench BenchmarkVerificationLoad -benchtime 1x ./analysis/test/load/
+
 .PHONY: run
 # Built, then exec'd (not `go run`, which dies of SIGTERM without passing it on):
 # make passes SIGTERM to the recipe's process, which then is stackflow-dev
