@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -61,6 +62,12 @@ type Options struct {
 	// GrantHint ends every 403 message, telling where the RBAC to grant is
 	// described; default "see analysis/config/kargo-project".
 	GrantHint string
+	// RefreshAhead refreshes a positive answer in the background from a
+	// random point between half and three quarters of its TTL, when a
+	// request hits it: callers get the cached answer meanwhile and rarely
+	// wait for a review at expiry, and entries filled together do not
+	// expire together. No answer is served older than TTL.
+	RefreshAhead bool
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Registerer, when set, has the Authorizer registered on it as a
@@ -104,6 +111,7 @@ type Authorizer struct {
 	accesses    *cache[accessAnswer]
 	noCaching   bool
 	noDenyCache bool
+	refresh     bool
 }
 
 type tokenAnswer struct {
@@ -124,7 +132,7 @@ func New(o Options) *Authorizer {
 	}
 	a := &Authorizer{
 		client: o.Client, ttl: o.TTL, denyTTL: o.DenyTTL,
-		audiences: slices.Clone(o.Audiences), timeout: o.Timeout, hint: o.GrantHint, now: o.Now,
+		audiences: slices.Clone(o.Audiences), timeout: o.Timeout, hint: o.GrantHint, now: o.Now, refresh: o.RefreshAhead,
 	}
 	if a.ttl == 0 {
 		a.ttl = DefaultTTL
@@ -240,13 +248,14 @@ func (a *Authorizer) Authenticate(ctx context.Context, token string) (User, erro
 	}
 	k := key(sha256.Sum256([]byte(token)))
 	now := a.now()
-	ans, ok := a.tokens.get(k, now)
+	review := func(ctx context.Context) (tokenAnswer, error) { return a.reviewToken(ctx, k, token) }
+	ans, ok, due := a.tokens.lookup(k, now)
+	if due {
+		a.tokens.refresh(ctx, k, a.timeout, review)
+	}
 	if !ok {
 		var err error
-		ans, err = a.tokens.do(ctx, k, now, a.timeout, func(ctx context.Context) (tokenAnswer, error) {
-			return a.reviewToken(ctx, k, token)
-		})
-		if err != nil {
+		if ans, err = a.tokens.do(ctx, k, now, a.timeout, review); err != nil {
 			return User{}, err
 		}
 	}
@@ -298,7 +307,7 @@ func (a *Authorizer) reviewToken(ctx context.Context, k key, token string) (toke
 		if exp, ok := jwtExpiry(token); ok && exp.Before(expires) {
 			expires = exp
 		}
-		a.tokens.add(k, ans, expires)
+		a.tokens.addRefreshing(k, ans, expires, a.refreshAt(now, expires))
 	}
 	return ans, nil
 }
@@ -374,10 +383,7 @@ func (a *Authorizer) AuthorizePath(ctx context.Context, u User, path string) (De
 func (a *Authorizer) authorize(ctx context.Context, u User, ra *authorizationv1.ResourceAttributes, nra *authorizationv1.NonResourceAttributes) (Decision, error) {
 	k := accessKey(u, ra, nra)
 	now := a.now()
-	if ans, ok := a.accesses.get(k, now); ok {
-		return Decision{Allowed: ans.allowed, Reason: ans.reason, Cached: true}, nil
-	}
-	ans, err := a.accesses.do(ctx, k, now, a.timeout, func(ctx context.Context) (accessAnswer, error) {
+	review := func(ctx context.Context) (accessAnswer, error) {
 		spec := authorizationv1.SubjectAccessReviewSpec{
 			ResourceAttributes: ra, NonResourceAttributes: nra,
 			User: u.Name, UID: u.UID, Groups: u.Groups,
@@ -404,10 +410,23 @@ func (a *Authorizer) authorize(ctx context.Context, u User, ra *authorizationv1.
 			ttl = a.denyTTL
 		}
 		if !a.noCaching && (ans.allowed || !a.noDenyCache) {
-			a.accesses.add(k, ans, a.now().Add(ttl))
+			now := a.now()
+			refreshAt := time.Time{}
+			if ans.allowed {
+				refreshAt = a.refreshAt(now, now.Add(ttl))
+			}
+			a.accesses.addRefreshing(k, ans, now.Add(ttl), refreshAt)
 		}
 		return ans, nil
-	})
+	}
+	ans, ok, due := a.accesses.lookup(k, now)
+	if due {
+		a.accesses.refresh(ctx, k, a.timeout, review)
+	}
+	if ok {
+		return Decision{Allowed: ans.allowed, Reason: ans.reason, Cached: true}, nil
+	}
+	ans, err := a.accesses.do(ctx, k, now, a.timeout, review)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -480,4 +499,15 @@ func cloneUser(u User) User {
 		u.Extra = e
 	}
 	return u
+}
+
+// refreshAt is when a positive answer stored at now, expiring at expires,
+// starts refreshing (RefreshAhead): at a random point between half and three
+// quarters of its life; zero without RefreshAhead.
+func (a *Authorizer) refreshAt(now, expires time.Time) time.Time {
+	if !a.refresh || !expires.After(now) {
+		return time.Time{}
+	}
+	life := expires.Sub(now)
+	return now.Add(life/2 + time.Duration(rand.Int64N(int64(life/4)+1)))
 }

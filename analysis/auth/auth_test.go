@@ -648,8 +648,8 @@ stackflow_analysis_auth_reviews_total{cache="token",result="error"} 0
 		"stackflow_analysis_auth_reviews_total"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 14 {
-		t.Fatalf("series = %d, %v; want 14", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 16 {
+		t.Fatalf("series = %d, %v; want 16 (8 series per cache)", n, err)
 	}
 }
 

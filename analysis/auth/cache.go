@@ -26,6 +26,9 @@ type CacheStats struct {
 	Evictions uint64
 	// Entries is the number of entries held now (some may have expired).
 	Entries int
+	// Refreshes are reviews started in the background by a hit past the
+	// entry's refresh time (Options.RefreshAhead); no caller waited.
+	Refreshes uint64
 	// Reviews is the number of review requests sent to the API server:
 	// Allowed + Denied + Errors. A miss that joined a review already in
 	// flight sends none.
@@ -52,6 +55,9 @@ type entry[V any] struct {
 	key     key
 	val     V
 	expires time.Time
+	// refreshAt, when set, is when a hit starts a review in the background
+	// (refresh ahead), so callers rarely wait for one at expiry.
+	refreshAt time.Time
 }
 
 // cache is a least-recently-used map with a deadline on each entry, safe for
@@ -65,8 +71,8 @@ type cache[V any] struct {
 	m        map[key]*list.Element
 	inflight map[key]*call[V]
 
-	hits, misses, expired, evictions atomic.Uint64
-	allowed, denied, errors          atomic.Uint64
+	hits, misses, expired, evictions, refreshes atomic.Uint64
+	allowed, denied, errors                     atomic.Uint64
 }
 
 type call[V any] struct {
@@ -82,6 +88,13 @@ func newCache[V any](max int) *cache[V] {
 // get returns the value for k unless it is absent or expired at now, counting
 // a hit or a miss.
 func (c *cache[V]) get(k key, now time.Time) (V, bool) {
+	v, ok, _ := c.lookup(k, now)
+	return v, ok
+}
+
+// lookup is get that also says whether the hit is due for a refresh ahead
+// of its expiry (its refreshAt has passed and no review is in flight).
+func (c *cache[V]) lookup(k key, now time.Time) (V, bool, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.m[k]; ok {
@@ -89,7 +102,8 @@ func (c *cache[V]) get(k key, now time.Time) (V, bool) {
 		if now.Before(e.expires) {
 			c.ll.MoveToFront(el)
 			c.hits.Add(1)
-			return e.val, true
+			_, busy := c.inflight[k]
+			return e.val, true, !e.refreshAt.IsZero() && !now.Before(e.refreshAt) && !busy
 		}
 		c.ll.Remove(el)
 		delete(c.m, k)
@@ -97,21 +111,25 @@ func (c *cache[V]) get(k key, now time.Time) (V, bool) {
 	}
 	c.misses.Add(1)
 	var zero V
-	return zero, false
+	return zero, false, false
 }
 
 // add stores v under k until expires, evicting the least recently used entries
 // beyond max.
-func (c *cache[V]) add(k key, v V, expires time.Time) {
+func (c *cache[V]) add(k key, v V, expires time.Time) { c.addRefreshing(k, v, expires, time.Time{}) }
+
+// addRefreshing is add with a time from which hits refresh the entry in the
+// background (zero: never).
+func (c *cache[V]) addRefreshing(k key, v V, expires, refreshAt time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.m[k]; ok {
 		e := el.Value.(*entry[V])
-		e.val, e.expires = v, expires
+		e.val, e.expires, e.refreshAt = v, expires, refreshAt
 		c.ll.MoveToFront(el)
 		return
 	}
-	c.m[k] = c.ll.PushFront(&entry[V]{key: k, val: v, expires: expires})
+	c.m[k] = c.ll.PushFront(&entry[V]{key: k, val: v, expires: expires, refreshAt: refreshAt})
 	for c.ll.Len() > c.max {
 		el := c.ll.Back()
 		c.ll.Remove(el)
@@ -134,17 +152,7 @@ func (c *cache[V]) do(ctx context.Context, k key, now time.Time, timeout time.Du
 	}
 	cl, ok := c.inflight[k]
 	if !ok {
-		cl = &call[V]{done: make(chan struct{})}
-		c.inflight[k] = cl
-		go func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-			defer cancel()
-			cl.val, cl.err = review(rctx)
-			c.mu.Lock()
-			delete(c.inflight, k)
-			c.mu.Unlock()
-			close(cl.done)
-		}()
+		cl = c.start(ctx, k, timeout, review)
 	}
 	c.mu.Unlock()
 	select {
@@ -156,13 +164,43 @@ func (c *cache[V]) do(ctx context.Context, k key, now time.Time, timeout time.Du
 	}
 }
 
+// refresh starts review for k in the background, unless one is in flight;
+// nobody waits for it. The review stores its answer (or, failing, leaves the
+// entry to expire), as for do.
+func (c *cache[V]) refresh(ctx context.Context, k key, timeout time.Duration, review func(context.Context) (V, error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.inflight[k]; ok {
+		return
+	}
+	c.refreshes.Add(1)
+	c.start(ctx, k, timeout, review)
+}
+
+// start runs review for k on its own goroutine, with ctx's values but not
+// its cancellation, bounded by timeout. The caller holds c.mu.
+func (c *cache[V]) start(ctx context.Context, k key, timeout time.Duration, review func(context.Context) (V, error)) *call[V] {
+	cl := &call[V]{done: make(chan struct{})}
+	c.inflight[k] = cl
+	go func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		cl.val, cl.err = review(rctx)
+		c.mu.Lock()
+		delete(c.inflight, k)
+		c.mu.Unlock()
+		close(cl.done)
+	}()
+	return cl
+}
+
 func (c *cache[V]) stats() CacheStats {
 	c.mu.Lock()
 	n := c.ll.Len()
 	c.mu.Unlock()
 	s := CacheStats{
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Expired: c.expired.Load(),
-		Evictions: c.evictions.Load(), Entries: n,
+		Evictions: c.evictions.Load(), Entries: n, Refreshes: c.refreshes.Load(),
 		Allowed: c.allowed.Load(), Denied: c.denied.Load(), Errors: c.errors.Load(),
 	}
 	s.Reviews = s.Allowed + s.Denied + s.Errors

@@ -9,6 +9,8 @@ var (
 		"Auth cache lookups that found no live entry.", []string{"cache"}, nil)
 	descEvictions = prometheus.NewDesc("stackflow_analysis_auth_cache_evictions_total",
 		"Auth cache entries evicted (least recently used) to stay within the bound.", []string{"cache"}, nil)
+	descRefreshes = prometheus.NewDesc("stackflow_analysis_auth_cache_refreshes_total",
+		"Reviews started in the background by a hit on an entry due for refresh (refresh ahead): nobody waited.", []string{"cache"}, nil)
 	descEntries = prometheus.NewDesc("stackflow_analysis_auth_cache_entries",
 		"Entries held in the auth cache.", []string{"cache"}, nil)
 	descReviews = prometheus.NewDesc("stackflow_analysis_auth_reviews_total",
@@ -17,11 +19,11 @@ var (
 )
 
 // Describe implements prometheus.Collector: the Authorizer exports
-// stackflow_analysis_auth_cache_{hits,misses,evictions}_total{cache="token|access"},
+// stackflow_analysis_auth_cache_{hits,misses,evictions,refreshes}_total{cache="token|access"},
 // stackflow_analysis_auth_cache_entries{cache} and
 // stackflow_analysis_auth_reviews_total{cache, result="allowed|denied|error"}.
 func (a *Authorizer) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHits, descMisses, descEvictions, descEntries, descReviews} {
+	for _, d := range []*prometheus.Desc{descHits, descMisses, descEvictions, descRefreshes, descEntries, descReviews} {
 		ch <- d
 	}
 }
@@ -36,6 +38,7 @@ func (a *Authorizer) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descHits, prometheus.CounterValue, float64(c.s.Hits), c.name)
 		ch <- prometheus.MustNewConstMetric(descMisses, prometheus.CounterValue, float64(c.s.Misses), c.name)
 		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(c.s.Evictions), c.name)
+		ch <- prometheus.MustNewConstMetric(descRefreshes, prometheus.CounterValue, float64(c.s.Refreshes), c.name)
 		ch <- prometheus.MustNewConstMetric(descEntries, prometheus.GaugeValue, float64(c.s.Entries), c.name)
 		ch <- prometheus.MustNewConstMetric(descReviews, prometheus.CounterValue, float64(c.s.Allowed), c.name, "allowed")
 		ch <- prometheus.MustNewConstMetric(descReviews, prometheus.CounterValue, float64(c.s.Denied), c.name, "denied")

@@ -19,7 +19,7 @@ func newKubeGuard(o Options, reg prometheus.Registerer) (server.Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kubeGuard{a: auth.New(auth.Options{Client: cs, TTL: o.AuthCacheTTL, Registerer: reg})}, nil
+	return kubeGuard{a: auth.New(auth.Options{Client: cs, TTL: o.AuthCacheTTL, RefreshAhead: true, Registerer: reg})}, nil
 }
 
 func (g kubeGuard) Stack(r *http.Request, namespace, name string) error {
