@@ -52,13 +52,13 @@ spec:
 // promotion.
 func TestKargoPromotion(t *testing.T) {
 	w := newWorld(t, false)
-	program := gitrepo.New(t)
-	good := program.Commit(t, "v1", map[string]string{"Pulumi.yaml": program1})
-	better := program.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(program1, "content: v1", "content: v2", 1)})
-	broken := program.Commit(t, "v3 fails", map[string]string{"Pulumi.yaml": strings.Replace(program1, `default: ""`, `default: always`, 1)})
+	programRepo := gitrepo.New(t)
+	good := programRepo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})
+	better := programRepo.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(program, "content: v1", "content: v2", 1)})
+	broken := programRepo.Commit(t, "v3 fails", map[string]string{"Pulumi.yaml": strings.Replace(program, `default: ""`, `default: always`, 1)})
 
 	repo := gitrepo.New(t)
-	repo.Commit(t, "stacks at v1", manifests(w.ns, program.URL(), good))
+	repo.Commit(t, "stacks at v1", manifests(w.ns, programRepo.URL(), good))
 	w.sync(t, repo)
 	for _, name := range []string{"dev", "test", "prod"} {
 		if code, _, stderr := w.kargo(t, "", "wait", "--url", w.url, "--namespace", w.ns, "--stack", name, "--commit", good, "--timeout", "3m", "--token-file", w.tokenFile(t)); code != 0 {
@@ -119,22 +119,6 @@ func TestKargoPromotion(t *testing.T) {
 	t.Logf("wait for the broken commit: %s", strings.TrimSpace(stderr[strings.LastIndex(strings.TrimSpace(stderr), "\n")+1:]))
 }
 
-// program1 is the program of the promotion test: one Record named after the
-// stack; failOn's default breaks it in the third commit.
-const program1 = `name: promoted
-runtime: yaml
-config:
-  failOn:
-    type: string
-    default: ""
-resources:
-  rec:
-    type: stackflowtest:index:Record
-    properties:
-      name: ${pulumi.stack}
-      content: v1
-      failOn: ${failOn}
-`
 
 // kargo runs stackflow-kargo; outputFile, when set, is $KARGO_OUTPUT.
 func (w *world) kargo(t *testing.T, outputFile string, args ...string) (int, string, string) {
