@@ -119,7 +119,6 @@ func TestKargoPromotion(t *testing.T) {
 	t.Logf("wait for the broken commit: %s", strings.TrimSpace(stderr[strings.LastIndex(strings.TrimSpace(stderr), "\n")+1:]))
 }
 
-
 // kargo runs stackflow-kargo; outputFile, when set, is $KARGO_OUTPUT.
 func (w *world) kargo(t *testing.T, outputFile string, args ...string) (int, string, string) {
 	t.Helper()
