@@ -40,12 +40,21 @@ func TestCloudRoute(t *testing.T) {
 	if code, body := get(t, srv+"/v1/pulumi/acme/web/prod/verification?commit=nope"); code != 400 {
 		t.Fatalf("bad commit: %d %v", code, body)
 	}
+	before := fake.Requests()
 	done := make(chan map[string]any, 1)
 	go func() {
 		_, body := get(t, srv+"/v1/pulumi/acme/web/prod/verification?commit="+sha+"&wait=20s")
 		done <- body
 	}()
-	time.Sleep(50 * time.Millisecond) // the poll is parked; it asks every 10ms
+	// The poll is parked once it has asked the cloud again after its first
+	// answer (it asks every 10ms while the phase stays Running).
+	deadline := time.Now().Add(15 * time.Second)
+	for fake.Requests() < before+2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll did not ask the cloud again")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	fake.SetResult("acme", "web", "prod", u.UpdateID, cloudtest.ResultSucceeded, now)
 	select {
 	case body := <-done:
