@@ -5,7 +5,7 @@
 #   ${STACKFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stackflow}/<tool>-<version>/
 #
 # A tool whose directory already holds a complete build (marked by .complete) is
-# reused. Usage: hack/substrate.sh [kube|pulumi|pulumi-yaml|rollouts|controller-gen|protoc-tools|all|env|dir TOOL]
+# reused. Usage: hack/substrate.sh [kube|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]
 #   env   prints where the binaries are (KUBEBUILDER_ASSETS, STACKFLOW_PULUMI_ROOT, …).
 set -euo pipefail
 
@@ -21,6 +21,7 @@ BUF_VERSION=v1.75.0
 PROTOC_GEN_GO_VERSION=v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 ROLLOUTS_VERSION=v1.10.1
+ARGOCD_VERSION=v2.14.21
 
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -82,6 +83,20 @@ build_rollouts() {
     chmod u+w "$out"/crds/*)
 }
 
+# build_argocd builds Argo CD's multi-call binary (the component is picked by
+# ARGOCD_BINARY_NAME: argocd-application-controller, argocd-repo-server, …) and
+# keeps, beside it, the CRDs of the same version (the module's manifests/crds).
+build_argocd() {
+  local out=$1
+  (cd "$here/tools/argocd" && \
+    log "go build argocd $ARGOCD_VERSION (about 7 CPU-minutes cold)" && \
+    go build -trimpath -ldflags "-s -w -X github.com/argoproj/argo-cd/v2/common.version=${ARGOCD_VERSION#v}" \
+      -o "$out/argocd" github.com/argoproj/argo-cd/v2/cmd && \
+    mkdir -p "$out/crds" && \
+    cp "$(go list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v2)"/manifests/crds/*-crd.yaml "$out/crds/" && \
+    chmod u+w "$out"/crds/*)
+}
+
 build_controller_gen() {
   local out=$1
   GOBIN="$out" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
@@ -100,6 +115,7 @@ pulumi_dir() { echo "$CACHE/pulumi-$PULUMI_VERSION"; }
 pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
 controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
 rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION"; }
+argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION"; }
 protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
 
 case "${1:-all}" in
@@ -109,12 +125,13 @@ case "${1:-all}" in
   controller-gen) done_or_build "$(controller_gen_dir)" build_controller_gen ;;
   protoc-tools) done_or_build "$(protoc_tools_dir)" build_protoc_tools ;;
   rollouts) done_or_build "$(rollouts_dir)" build_rollouts ;;
+  argocd) done_or_build "$(argocd_dir)" build_argocd ;;
   all)
     # The builds run side by side: each go build leaves cores idle while it
     # downloads and links, so together they finish well before one after another.
     pids=()
     (done_or_build "$(kube_dir)" build_kube && done_or_build "$(rollouts_dir)" build_rollouts) & pids+=($!)
-    (done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml && done_or_build "$(pulumi_dir)" build_pulumi) & pids+=($!)
+    (done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml && done_or_build "$(pulumi_dir)" build_pulumi && done_or_build "$(argocd_dir)" build_argocd) & pids+=($!)
     rc=0
     for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
     [ $rc -eq 0 ] || { log "a substrate build failed (see above)"; exit 1; }
@@ -125,7 +142,8 @@ case "${1:-all}" in
     echo "export STACKFLOW_PULUMI_ROOT=$(pulumi_dir)"
     echo "export STACKFLOW_PULUMI_LANGUAGE_YAML=$(pulumi_yaml_dir)"
     echo "export STACKFLOW_ROLLOUTS=$(rollouts_dir)"
+    echo "export STACKFLOW_ARGOCD=$(argocd_dir)"
     ;;
   dir) echo "$("${2//-/_}_dir")" ;;
-  *) echo "usage: $0 [kube|pulumi|pulumi-yaml|rollouts|controller-gen|protoc-tools|all|env|dir TOOL]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kube|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]" >&2; exit 2 ;;
 esac
