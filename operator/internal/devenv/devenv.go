@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -71,47 +70,113 @@ outputs:
 func Run(ctx context.Context, opts Options) error {
 	out := opts.Out
 	say := func(format string, args ...any) { fmt.Fprintf(out, "stackflow-dev: "+format+"\n", args...) }
-	dir, err := filepath.Abs(opts.Dir)
+	l, err := Start(ctx, LocalOptions{Dir: opts.Dir, ResyncEvery: 10 * time.Second, Say: say})
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	defer l.Stop()
+	say("the operator runs with the local workspace runtime; workspaces live in %s", filepath.Join(l.Dir, "workspaces"))
+	say("kubectl: export KUBECONFIG=%s; kubectl get stacks,workspaces,updates -A", l.Kubeconfig)
+
+	if opts.Sample {
+		repoURL, err := sampleRepo(ctx, filepath.Join(l.Dir, "sample"))
+		if err != nil {
+			return err
+		}
+		s := sampleStack(repoURL)
+		if err := l.CP.Client.Create(ctx, s); err != nil {
+			return fmt.Errorf("create sample stack: %w", err)
+		}
+		say("created Stack default/%s tracking branch main of %s (edit %s and commit to see it redeploy)", s.Name, repoURL, filepath.Join(l.Dir, "sample", "work"))
+		go watchStack(l.ctx, l.CP.Client, s, say)
+		if opts.UntilReady > 0 {
+			return waitReady(ctx, l.CP.Client, s, opts.UntilReady, filepath.Join(l.Dir, "records", "hello"), say)
+		}
+	}
+	say("press Ctrl-C to stop")
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-l.Done():
 		return err
+	}
+}
+
+// LocalOptions configure Start.
+type LocalOptions struct {
+	// Dir holds everything the run makes; it is wiped at start.
+	Dir string
+	// ResyncEvery overrides every Stack's resync interval (how soon a pushed
+	// commit of a tracked branch is seen).
+	ResyncEvery time.Duration
+	// WatchNamespaces limits the operator (default: all).
+	WatchNamespaces []string
+	// Say prints a progress line.
+	Say func(format string, args ...any)
+}
+
+// Local is a running local Stackflow: a control plane with the CRDs and the
+// operator with the local workspace runtime, a file:// backend
+// (Dir/backend) and the test resource provider (records in Dir/records).
+type Local struct {
+	// Dir is the absolute run directory.
+	Dir string
+	// CP is the control plane.
+	CP *substrate.ControlPlane
+	// Kubeconfig is a system:masters kubeconfig file for kubectl.
+	Kubeconfig string
+
+	say  func(format string, args ...any)
+	ctx  context.Context
+	stop func()
+	errc chan error
+	op   interface{ Close() }
+}
+
+// Start builds the agent and the test provider, starts the control plane
+// and the operator. Stop stops them.
+func Start(ctx context.Context, o LocalOptions) (_ *Local, err error) {
+	say := o.Say
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
 	}
 	for _, sub := range []string{"backend", "records", "workspaces", "artifacts", "bin"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 
 	paths, err := substrate.Locate()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	say("building the agent and the test resource provider")
 	agentBin := filepath.Join(dir, "bin", "agent")
-	build := exec.CommandContext(ctx, "go", "build", "-o", agentBin, "./operator/cmd/agent")
-	build.Dir = substrate.RepoRoot()
-	if b, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build agent: %w\n%s", err, b)
+	if err := substrate.GoBuild(agentBin, "./operator/cmd/agent"); err != nil {
+		return nil, err
 	}
 	home, err := substrate.InstallTestProvider(paths, filepath.Join(dir, "pulumi"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	say("starting a local control plane (kube-apiserver %s, etcd) with the Stackflow CRDs", "v1.35.4")
 	cp, err := substrate.StartControlPlane()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	l := &Local{Dir: dir, CP: cp, say: say, errc: make(chan error, 1)}
 	defer func() {
-		say("stopping the control plane")
-		_ = cp.Stop()
+		if err != nil {
+			l.Stop()
+		}
 	}()
-	kubeconfig, err := writeKubeconfig(cp.Env, dir)
-	if err != nil {
-		return err
+	if l.Kubeconfig, err = substrate.WriteKubeconfig(cp.Env, filepath.Join(dir, "kubeconfig")); err != nil {
+		return nil, err
 	}
 
 	agentEnv := map[string]string{
@@ -123,65 +188,45 @@ func Run(ctx context.Context, opts Options) error {
 		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
 		provider.DirEnv: filepath.Join(dir, "records"),
 	}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: operator.CacheOptions(o.WatchNamespaces)})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	op, err := operator.Setup(mgr, operator.Options{
 		Runtime: operator.RuntimeLocal, LocalRoot: filepath.Join(dir, "workspaces"), AgentBinary: agentBin,
 		PulumiRoot: paths.PulumiRoot, AgentEnv: agentEnv, ArtifactDir: filepath.Join(dir, "artifacts"),
-		WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4, StackResyncOverride: 10 * time.Second,
-		LocalRestartBackoff: 5 * time.Second,
+		WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4, StackResyncOverride: o.ResyncEvery,
+		LocalRestartBackoff: 5 * time.Second, WatchNamespaces: o.WatchNamespaces,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer op.Close()
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- mgr.Start(mctx) }()
-	defer local.StopAll(filepath.Join(dir, "workspaces"))
-	say("the operator runs with the local workspace runtime; workspaces live in %s", filepath.Join(dir, "workspaces"))
-	say("kubectl: export KUBECONFIG=%s; kubectl get stacks,workspaces,updates -A", kubeconfig)
-
-	if opts.Sample {
-		repoURL, err := sampleRepo(ctx, filepath.Join(dir, "sample"))
-		if err != nil {
-			return err
-		}
-		s := sampleStack(repoURL)
-		if err := cp.Client.Create(ctx, s); err != nil {
-			return fmt.Errorf("create sample stack: %w", err)
-		}
-		say("created Stack default/%s tracking branch main of %s (edit %s and commit to see it redeploy)", s.Name, repoURL, filepath.Join(dir, "sample", "work"))
-		go watchStack(mctx, cp.Client, s, say)
-		if opts.UntilReady > 0 {
-			return waitReady(ctx, cp.Client, s, opts.UntilReady, filepath.Join(dir, "records", "hello"), say)
-		}
-	}
-	say("press Ctrl-C to stop")
-	select {
-	case <-ctx.Done():
-		stop()
-		<-errc
-		return nil
-	case err := <-errc:
-		return err
-	}
+	l.op = op
+	l.ctx, l.stop = context.WithCancel(ctx)
+	go func() { l.errc <- mgr.Start(l.ctx) }()
+	return l, nil
 }
 
-func writeKubeconfig(env *envtest.Environment, dir string) (string, error) {
-	user, err := env.AddUser(envtest.User{Name: "stackflow-dev", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return "", err
+// Done delivers the operator's error if it stops before Stop.
+func (l *Local) Done() <-chan error { return l.errc }
+
+// Stop stops the operator, the local agents and the control plane.
+func (l *Local) Stop() {
+	if l.stop != nil {
+		l.stop()
+		<-l.errc
+		l.stop = nil
 	}
-	b, err := user.KubeConfig()
-	if err != nil {
-		return "", err
+	if l.op != nil {
+		l.op.Close()
 	}
-	p := filepath.Join(dir, "kubeconfig")
-	return p, os.WriteFile(p, b, 0o600)
+	local.StopAll(filepath.Join(l.Dir, "workspaces"))
+	if l.CP != nil {
+		l.say("stopping the control plane")
+		_ = l.CP.Stop()
+		l.CP = nil
+	}
 }
 
 // sampleRepo creates a bare repository with the sample program on main and a

@@ -4,6 +4,7 @@
 package gitrepo
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -26,6 +27,18 @@ func New(t testing.TB) *Repo {
 	t.Helper()
 	root := t.TempDir()
 	r := &Repo{Bare: filepath.Join(root, "remote.git"), Work: filepath.Join(root, "work")}
+	run(t, root, "init", "-q", "--bare", "-b", "main", r.Bare)
+	run(t, root, "init", "-q", "-b", "main", r.Work)
+	run(t, r.Work, "remote", "add", "origin", r.Bare)
+	return r
+}
+
+// NewIn creates an empty bare repository root/name (so that an HTTPServer
+// of root serves it at /name) with a default branch "main", and a working
+// clone in a temporary directory.
+func NewIn(t testing.TB, root, name string) *Repo {
+	t.Helper()
+	r := &Repo{Bare: filepath.Join(root, name), Work: filepath.Join(t.TempDir(), "work")}
 	run(t, root, "init", "-q", "--bare", "-b", "main", r.Bare)
 	run(t, root, "init", "-q", "-b", "main", r.Work)
 	run(t, r.Work, "remote", "add", "origin", r.Bare)
@@ -109,13 +122,9 @@ func NewHTTPServer(t testing.TB, root string) *HTTPServer {
 // Start serves until Stop.
 func (h *HTTPServer) Start(t testing.TB) {
 	t.Helper()
-	out, err := exec.Command("git", "--exec-path").Output()
+	backend, err := Handler(h.root)
 	if err != nil {
 		t.Fatal(err)
-	}
-	backend := &cgi.Handler{
-		Path: filepath.Join(strings.TrimSpace(string(out)), "git-http-backend"),
-		Env:  []string{"GIT_PROJECT_ROOT=" + h.root, "GIT_HTTP_EXPORT_ALL=1"},
 	}
 	l, err := net.Listen("tcp", h.Addr)
 	if err != nil {
@@ -123,6 +132,20 @@ func (h *HTTPServer) Start(t testing.TB) {
 	}
 	h.srv = &http.Server{Handler: backend, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = h.srv.Serve(l) }()
+}
+
+// Handler serves the bare repositories under root (root/<name> at /<name>)
+// with git's smart HTTP protocol, read and push, by running git
+// http-backend.
+func Handler(root string) (http.Handler, error) {
+	out, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		return nil, fmt.Errorf("git --exec-path: %w", err)
+	}
+	return &cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(out)), "git-http-backend"),
+		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
+	}, nil
 }
 
 // Stop stops serving.

@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -97,4 +98,18 @@ func (cp *ControlPlane) Namespace(t testing.TB) string {
 	}
 	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), ns) })
 	return ns.Name
+}
+
+// WriteKubeconfig adds a system:masters user to the control plane and writes
+// its kubeconfig to path (for kubectl, or a process run against it).
+func WriteKubeconfig(env *envtest.Environment, path string) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "stackflow", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	b, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, b, 0o600)
 }
