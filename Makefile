@@ -15,7 +15,7 @@ help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: substrate
-substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller
+substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, argocd
 	$(SUBSTRATE) all
 
 .PHONY: tools
@@ -28,6 +28,7 @@ generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace b
 	./hack/kube-staging-replace.sh .
 	./hack/gen-tools-kube.sh
 	./hack/gen-tools-rollouts.sh
+	./hack/gen-tools-argocd.sh
 	$(CONTROLLER_GEN) object paths=./operator/api/...
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
