@@ -403,7 +403,9 @@ func TestREADMEsNameEveryFile(t *testing.T) {
 	}
 }
 
-var repoPath = regexp.MustCompile("`((?:operator|analysis|argocd-health|kargo-steps)/[A-Za-z0-9_./-]*[A-Za-z0-9_-])`")
+// repoPath finds repository paths in a README: in backquotes, in commands
+// (`kubectl apply -k analysis/config/default`), in tables.
+var repoPath = regexp.MustCompile("(?:^|[\\s`(|])((?:operator|analysis|argocd-health|kargo-steps)/[A-Za-z0-9_./-]*[A-Za-z0-9_-])")
 var mdLink = regexp.MustCompile(`\]\(([^)#\s]+)(?:#[^)]*)?\)`)
 
 // TestREADMEPathsExist: the repository paths the READMEs give (install

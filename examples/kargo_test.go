@@ -3,6 +3,7 @@ package examples
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -258,7 +259,11 @@ func TestKargoPromotions(t *testing.T) {
 			upd := runs["update-stack"]
 			path, _ := upd.config["path"].(string)
 			file := strings.TrimPrefix(path, "./manifests/")
-			docs := readDocs(t, filepath.Join(examplesDir(), "kargo", "manifests", filepath.FromSlash(file)))
+			stackPath := filepath.Join(examplesDir(), "kargo", "manifests", filepath.FromSlash(file))
+			if _, err := os.Stat(stackPath); err != nil {
+				t.Fatalf("stackFile %s: no such file in examples/kargo/manifests (yaml-update would fail): %v", file, err)
+			}
+			docs := readDocs(t, stackPath)
 			if len(docs) == 0 || docs[0].doc != 1 || docs[0].kind() != "Stack" {
 				t.Fatalf("stackFile %s: the Stack must be the file's first document (Kargo's yaml-update edits only that one)", file)
 			}
