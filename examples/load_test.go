@@ -62,7 +62,9 @@ func rel(path string) string {
 // fill (never applied by a kustomization; still validated on its own).
 func isTemplate(name string) bool { return strings.HasSuffix(name, ".template.yaml") }
 
-func isYAML(name string) bool { return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") }
+func isYAML(name string) bool {
+	return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
+}
 
 // readDocs splits a YAML file into its non-empty documents, as JSON-shaped
 // maps. Document numbers count every document, empty ones too, as an editor
