@@ -23,7 +23,10 @@
 //   - drift between the pieces: sync-wave order, Application paths,
 //     AppProject whitelists and destinations (with Argo CD's own checks),
 //     finalizers and sync options, Kargo's authorized-stage annotations,
-//     that the READMEs name every file and the install paths they give exist.
+//     that the argocd-health install (kustomize Component and Helm values)
+//     has a health check for every Stackflow kind the Applications sync and
+//     the Stack actions the README describes, that the READMEs name every
+//     file and the install paths they give exist.
 //
 // Kargo's and Argo CD's controllers are not run: their contracts are checked
 // from their CRDs, schemas and (for Argo CD and Argo Rollouts) their Go code.
