@@ -65,6 +65,12 @@ test: substrate tools build ## Obtain the substrate, then run the whole test sui
 bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stacks, 1,000 req/s, p50/p99 latency and RSS
 	eval "$$($(SUBSTRATE) env)" && go test -run XXX -bench BenchmarkVerificationLoad -benchtime 1x ./analysis/test/load/
 
+.PHONY: demo
+# Built, then exec'd, like run. DEMO_ARGS="--yes --exit" runs it unattended.
+demo: substrate ## Roll a release out dev → test → prod with the real operator, analysis service and Argo CD, offline (DEMO_ARGS=-h lists options)
+	go build -o bin/stackflow-demo ./operator/cmd/stackflow-demo
+	exec ./bin/stackflow-demo $(DEMO_ARGS)
+
 .PHONY: run
 # Built, then exec'd (not `go run`, which dies of SIGTERM without passing it on):
 # make passes SIGTERM to the recipe's process, which then is stackflow-dev

@@ -1,0 +1,58 @@
+// Command stackflow-demo runs `make demo`: a staged rollout dev → test → prod
+// on this machine with the real operator, analysis service and Argo CD; see
+// package demo.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/term"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/stackflow-io/stackflow/operator/internal/demo"
+)
+
+func main() {
+	var o demo.Options
+	flag.StringVar(&o.Dir, "dir", ".demo", "directory for the run's state: kubeconfig, repositories, backend, Argo CD logs (wiped at start)")
+	flag.StringVar(&o.Examples, "examples", "", "the Argo CD layout to roll out (appproject.yaml, applications/<stage>.yaml, environments/<stage>/); default: the repository's examples/argocd")
+	flag.BoolVar(&o.Yes, "yes", false, "promote to prod without asking for approval")
+	exit := flag.Bool("exit", false, "exit after the summary instead of keeping the control plane running for kubectl")
+	plain := flag.Bool("plain", false, "print the table whenever it changes instead of redrawing it in place")
+	verbose := flag.Bool("verbose", false, "log the operator's and the analysis service's work")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), `Usage: stackflow-demo [flags]
+
+Starts a local control plane, the Stackflow operator, the analysis service and
+Argo CD; creates a program repository and a manifests repository laid out as
+examples/argocd; rolls release 2 out dev → test → prod with Kargo's promotion
+steps (asking before prod), then shows a broken release 3 stopped at dev.
+
+Flags:
+`)
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	o.Out = os.Stdout
+	o.Live = !*plain && term.IsTerminal(int(os.Stdout.Fd()))
+	o.Stay = !*exit
+	level := zapcore.ErrorLevel + 1
+	if *verbose {
+		level = zapcore.InfoLevel
+	}
+	ctrl.SetLogger(zap.New(zap.Level(level)))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := demo.Run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "stackflow-demo:", err)
+		os.Exit(1)
+	}
+}
