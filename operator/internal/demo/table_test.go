@@ -34,8 +34,8 @@ func TestStackColumns(t *testing.T) {
 	}
 	good, bad := strings.Repeat("a", 40), strings.Repeat("b", 40)
 	tests := []struct {
-		name                        string
-		status                      pulumiv1.StackStatus
+		name                      string
+		status                    pulumiv1.StackStatus
 		commit, state, lastUpdate string
 	}{
 		{name: "no status", state: "waiting for the operator"},
