@@ -171,37 +171,36 @@ func TestApplicationFollowsStack(t *testing.T) {
 		}
 		return err == nil
 	}
-	fail := func(what string) {
-		a, s := get()
-		t.Fatalf("%s\nApplication status: %+v\nStack: %+v\n%s", what, a.Status, s, argo.Logs(3000))
-	}
+	// On failure, what Argo CD and the operator last said.
+	t.Cleanup(func() {
+		if t.Failed() {
+			a, s := get()
+			t.Logf("Application status: %+v\nStack: %+v\n%s", a.Status, s, argo.Logs(3000))
+		}
+	})
+	fail := func(what string) { t.Helper(); t.Fatal(what) }
 	poll := func(timeout time.Duration, what string, cond func(*argoappv1.Application, *pulumiv1.Stack) bool) {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
+		substrate.Eventually(t, timeout, what, func() (bool, error) {
 			if err := argo.Exited(); err != nil {
 				t.Fatal(err)
 			}
-			if cond(get()) {
-				return
-			}
-			if time.Now().After(deadline) {
-				fail("timed out waiting: " + what)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return cond(get()), nil
+		})
 	}
 
-	// 1. The first sync: the Application is Progressing while the update
-	//    runs, its sync operation waits on the Stack, and wave 1 is not
-	//    applied yet; then everything is Healthy at the commit.
+	// 1. The first sync: while the Stack's first update runs, Argo CD rates
+	//    the Stack Progressing and its sync operation waits on it, with
+	//    wave 1 not applied yet; then everything is Healthy at the commit.
+	//    (The Application as a whole is Missing meanwhile: the worst health
+	//    of its resources, and wave 1's ConfigMap does not exist yet. Its
+	//    Progressing is seen in step 2, when every resource exists.)
 	var sawWaiting bool
 	poll(4*time.Minute, "Application Healthy and Synced after the first update", func(a *argoappv1.Application, s *pulumiv1.Stack) bool {
 		op := a.Status.OperationState
-		if s != nil && !isReady(s) && op != nil && op.Phase == "Running" && strings.Contains(op.Message, "waiting for healthy state of pulumi.com/Stack/web") {
-			if a.Status.Health.Status != "Progressing" {
-				fail(fmt.Sprintf("the sync waits on the Stack but the Application is %s", a.Status.Health.Status))
-			}
+		h := stackHealth(a, "web")
+		if s != nil && !isReady(s) && h != nil && h.Status == "Progressing" && op != nil && op.Phase == "Running" &&
+			strings.Contains(op.Message, "waiting for healthy state of pulumi.com/Stack/web") {
 			if releasedExists() {
 				fail("wave 1 was applied while the sync waits for the Stack of wave 0")
 			}
@@ -241,13 +240,20 @@ func TestApplicationFollowsStack(t *testing.T) {
 	})
 	took("failing commit pushed → Application Degraded")
 	sha3 := prog.Commit(t, "v3 fixed", map[string]string{"Pulumi.yaml": program("v3", "")})
+	var sawProgressing bool
 	poll(3*time.Minute, "Application Healthy at the fix", func(a *argoappv1.Application, s *pulumiv1.Stack) bool {
 		h := stackHealth(a, "web")
+		if a.Status.Health.Status == "Progressing" && h != nil && h.Status == "Progressing" && s.Status.CurrentUpdate != nil {
+			sawProgressing = true
+		}
 		return a.Status.Health.Status == "Healthy" && h != nil && strings.Contains(h.Message, sha3[:7]) &&
 			s != nil && isReady(s) && s.Status.LastUpdate.LastSuccessfulCommit == sha3
 	})
 
-	took("fix pushed → Application Healthy")
+	if !sawProgressing {
+		fail("the Application was never Progressing while the fix's update ran")
+	}
+	took("fix pushed → Application Progressing, then Healthy")
 
 	// 3. reconcile-now through Argo CD's API server: the operator acts on the
 	//    request with a new update of the same commit.

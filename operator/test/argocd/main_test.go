@@ -12,9 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
@@ -99,26 +97,5 @@ func startOperator(t *testing.T, ns string, pe *substrate.Pulumi) {
 		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{ns},
 	}
-	skip := true
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: operator.CacheOptions(opts.WatchNamespaces), Controller: config.Controller{SkipNameValidation: &skip},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	op, err := operator.Setup(mgr, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator: %v", err)
-		}
-		op.Close()
-	})
+	substrate.StartOperator(t, cp.Config, opts)
 }

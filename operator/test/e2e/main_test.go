@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
@@ -89,35 +88,7 @@ func startOperator(t testing.TB, opts operator.Options) (stop func()) {
 // startOperatorWith is startOperator returning what Setup assembled.
 func startOperatorWith(t testing.TB, opts operator.Options) (op *operator.Operator, stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:      operator.CacheOptions(opts.WatchNamespaces),
-		Controller: ctrlConfigUniqueNames(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	op, err = operator.Setup(mgr, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once bool
-	stop = func() {
-		if once {
-			return
-		}
-		once = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator: %v", err)
-		}
-		op.Close()
-	}
-	t.Cleanup(stop)
-	return op, stop
+	return substrate.StartOperator(t, cp.Config, opts)
 }
 
 // eventually polls cond until it returns true or the timeout passes.
