@@ -552,8 +552,7 @@ func (d *demo) sync(ctx context.Context, st stage, revision string) error {
 
 // approve asks whether to promote to prod.
 func (d *demo) approve(ctx context.Context, st stage, commit string) (bool, error) {
-	d.scr.Print()
-	fmt.Fprintf(d.o.Out, "Promote %s to %s? In Kargo, stackflow-promote-pr opens a pull request and a person approves by merging it. [y/N] ", short(commit), st.Name)
+	d.scr.Ask(fmt.Sprintf("Promote %s to %s? In Kargo, stackflow-promote-pr opens a pull request and a person approves by merging it. [y/N] ", short(commit), st.Name))
 	answer := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(d.o.In).ReadString('\n')

@@ -100,6 +100,8 @@ type screen struct {
 	drawn int
 	// seen is each stage's row as last printed (not live).
 	seen map[string]string
+	// paused stops drawing while a question waits for its answer.
+	paused bool
 }
 
 func newScreen(out io.Writer, live bool, start time.Time) *screen {
@@ -110,6 +112,7 @@ func newScreen(out io.Writer, live bool, start time.Time) *screen {
 func (s *screen) Say(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.paused = false
 	s.erase()
 	fmt.Fprintf(s.out, "[%s] %s\n", formatDuration(time.Since(s.start)), fmt.Sprintf(format, args...))
 	s.draw(true)
@@ -121,6 +124,9 @@ func (s *screen) Update(rows []Row) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rows = rows
+	if s.paused {
+		return
+	}
 	if s.live {
 		s.erase()
 		s.draw(true)
@@ -141,6 +147,17 @@ func (s *screen) Update(rows []Row) {
 // RowLine is a row on one line, for output that is not redrawn.
 func RowLine(r Row) string {
 	return fmt.Sprintf("%-5s %-26s %-36s Argo CD %-20s last update: %s", r.Stage, "commit "+orDash(r.Commit), orDash(r.State), orDash(r.Health), orDash(r.LastUpdate))
+}
+
+// Ask prints the table once more and the question after it, and draws
+// nothing until Say resumes the narration.
+func (s *screen) Ask(question string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.erase()
+	fmt.Fprint(s.out, RenderTable(s.rows, time.Now()))
+	fmt.Fprint(s.out, question)
+	s.paused = true
 }
 
 // Print prints the table once more, below the narration, and leaves it.

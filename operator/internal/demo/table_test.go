@@ -105,3 +105,21 @@ func TestApprove(t *testing.T) {
 		}
 	}
 }
+
+// TestScreenAsk: while a question waits, row changes are not drawn; the
+// next narration resumes drawing.
+func TestScreenAsk(t *testing.T) {
+	var out bytes.Buffer
+	s := newScreen(&out, true, time.Now())
+	s.Update([]Row{{Stage: "dev", State: "Ready"}})
+	s.Ask("Promote? ")
+	asked := out.Len()
+	s.Update([]Row{{Stage: "dev", State: "Reconciling"}})
+	if out.Len() != asked {
+		t.Fatalf("drew while asking: %q", out.String()[asked:])
+	}
+	s.Say("promoting")
+	if !strings.Contains(out.String()[asked:], "Reconciling") {
+		t.Fatalf("the table was not drawn again after the answer: %q", out.String()[asked:])
+	}
+}
