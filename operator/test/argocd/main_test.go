@@ -16,6 +16,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
+	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -97,5 +98,5 @@ func startOperator(t *testing.T, ns string, pe *substrate.Pulumi) {
 		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{ns},
 	}
-	substrate.StartOperator(t, cp.Config, opts)
+	inprocess.StartOperator(t, cp.Config, opts)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
+	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -88,7 +89,7 @@ func startOperator(t testing.TB, opts operator.Options) (stop func()) {
 // startOperatorWith is startOperator returning what Setup assembled.
 func startOperatorWith(t testing.TB, opts operator.Options) (op *operator.Operator, stop func()) {
 	t.Helper()
-	return substrate.StartOperator(t, cp.Config, opts)
+	return inprocess.StartOperator(t, cp.Config, opts)
 }
 
 // eventually polls cond until it returns true or the timeout passes.

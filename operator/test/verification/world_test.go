@@ -27,6 +27,7 @@ import (
 	"github.com/stackflow-io/stackflow/analysis/service"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
+	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -134,7 +135,7 @@ func (w *world) startOperator(t *testing.T) {
 		PulumiRoot: w.pe.Paths.PulumiRoot, AgentEnv: w.pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{w.ns},
 	}
-	substrate.StartOperator(t, cp.Config, opts)
+	inprocess.StartOperator(t, cp.Config, opts)
 }
 
 // startAnalysis runs the analysis service in this process, with Kubernetes

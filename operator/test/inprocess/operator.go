@@ -1,4 +1,8 @@
-package substrate
+// Package inprocess runs Stackflow components inside a test process, against a
+// control plane of operator/test/substrate. It is apart from substrate
+// because it imports the operator assembly, which imports packages whose own
+// tests use substrate.
+package inprocess
 
 import (
 	"context"
