@@ -142,10 +142,16 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		defer d.argo.Stop()
 		sum.ArgoCD = true
 	}
-	if err := d.startAnalysis(ctx); err != nil {
+	// Stopped (deferred) before the control plane is.
+	actx, stopAnalysis := context.WithCancel(ctx)
+	defer stopAnalysis()
+	if err := d.startAnalysis(actx); err != nil {
 		return nil, err
 	}
 	first, err := d.makeRepositories(ctx)
+	if d.git != nil {
+		defer d.git.Stop()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +376,6 @@ func (d *demo) makeRepositories(ctx context.Context) (string, error) {
 	if d.git, err = startGitServer(filepath.Join(root, "served")); err != nil {
 		return "", err
 	}
-	go func() { <-ctx.Done(); d.git.Stop() }()
 	if d.program, err = newRepo(ctx, d.git, "program.git", filepath.Join(root, "work", "program")); err != nil {
 		return "", err
 	}
