@@ -5,9 +5,12 @@
 // v0.23's line) and some thirty other modules.
 //
 //	helm-render --chart DIR [--release NAME] [--namespace NS] [--values FILE]... [--include-crds]
+//	helm-render --lint --chart DIR [--values FILE]...
 //
 // The manifests go to stdout as one YAML stream, each document preceded by a
-// "# Source: <template>" comment, ordered by template path.
+// "# Source: <template>" comment, ordered by template path. --lint runs
+// `helm lint`'s checks instead, printing each finding and failing on any
+// warning or error.
 package main
 
 import (
@@ -21,6 +24,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	"sigs.k8s.io/yaml"
 )
 
@@ -35,14 +40,58 @@ func main() {
 		release     = flag.String("release", "stackflow", "release name")
 		namespace   = flag.String("namespace", "stackflow-system", "release namespace")
 		includeCRDs = flag.Bool("include-crds", false, "also print the chart's crds/")
+		lintOnly    = flag.Bool("lint", false, "lint the chart instead of rendering it")
 		values      files
 	)
 	flag.Var(&values, "values", "values file (repeatable; later files win)")
 	flag.Parse()
+	if *lintOnly {
+		if err := lintChart(*chartDir, *namespace, values); err != nil {
+			fmt.Fprintln(os.Stderr, "helm-render:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := render(os.Stdout, *chartDir, *release, *namespace, values, *includeCRDs); err != nil {
 		fmt.Fprintln(os.Stderr, "helm-render:", err)
 		os.Exit(1)
 	}
+}
+
+// userValues merges the values files, later files winning.
+func userValues(valueFiles []string) (map[string]any, error) {
+	user := map[string]any{}
+	for _, f := range valueFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]any{}
+		if err := yaml.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("values %s: %w", f, err)
+		}
+		user = chartutil.CoalesceTables(m, user) // m wins over earlier files
+	}
+	return user, nil
+}
+
+func lintChart(chartDir, namespace string, valueFiles []string) error {
+	user, err := userValues(valueFiles)
+	if err != nil {
+		return err
+	}
+	linter := lint.All(chartDir, user, namespace, false)
+	bad := 0
+	for _, m := range linter.Messages {
+		fmt.Println(m.Error())
+		if m.Severity >= support.WarningSev {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d lint warnings or errors", bad)
+	}
+	return nil
 }
 
 func render(out *os.File, chartDir, release, namespace string, valueFiles []string, includeCRDs bool) error {
@@ -50,17 +99,9 @@ func render(out *os.File, chartDir, release, namespace string, valueFiles []stri
 	if err != nil {
 		return fmt.Errorf("load chart: %w", err)
 	}
-	user := map[string]any{}
-	for _, f := range valueFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		m := map[string]any{}
-		if err := yaml.Unmarshal(b, &m); err != nil {
-			return fmt.Errorf("values %s: %w", f, err)
-		}
-		user = chartutil.CoalesceTables(m, user) // m wins over earlier files
+	user, err := userValues(valueFiles)
+	if err != nil {
+		return err
 	}
 	if err := chartutil.ProcessDependenciesWithMerge(ch, user); err != nil {
 		return err

@@ -2,6 +2,7 @@ package install
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -170,5 +171,25 @@ func TestChartRulesAreTheGeneratedRole(t *testing.T) {
 func TestWebhookNeedsSecretName(t *testing.T) {
 	if out := renderErr(t, "webhook: {enabled: true}\n"); !strings.Contains(out, "webhook.enabled needs webhook.secretName") {
 		t.Errorf("render error %q does not name webhook.secretName", out)
+	}
+}
+
+// TestChartLints runs helm lint's checks for the default values and each
+// values case of TestChartInstalls: no warning, no error.
+func TestChartLints(t *testing.T) {
+	for _, values := range []string{"", "watchNamespaces: [a, b]\n", "webhook: {enabled: true, secretName: s}\n",
+		"analysis: {enabled: false}\n", "networkPolicies: {enabled: true, workspaceNamespaces: [w]}\n",
+		"metrics: {serviceMonitor: {enabled: true}}\n"} {
+		args := []string{"--lint", "--chart", chartDir()}
+		if values != "" {
+			f := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(f, []byte(values), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--values", f)
+		}
+		if out, err := exec.Command(helmRender(t), args...).CombinedOutput(); err != nil {
+			t.Errorf("helm lint with values %q: %v\n%s", values, err, out)
+		}
 	}
 }
