@@ -9,6 +9,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // resolveArgs parses and resolves args as main does, returning the config,
@@ -96,5 +99,42 @@ func TestWatchNamespaces(t *testing.T) {
 	}
 	if got := strings.Join(c.opts.WatchNamespaces, ","); got != "a,b" {
 		t.Errorf("watch namespaces %q, want a,b", got)
+	}
+}
+
+// TestDefaultInstallArgs: the arguments the default install passes
+// (operator/config/default, which operator/test/install keeps equal to the
+// Helm chart's defaults) resolve without a webhook Secret, the webhook off.
+func TestDefaultInstallArgs(t *testing.T) {
+	dir := filepath.Join("..", "..", "config", "default")
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, r := range rm.Resources() {
+		if r.GetKind() != "Deployment" || r.GetName() != "stackflow-operator" {
+			continue
+		}
+		raw, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(raw); err != nil {
+			t.Fatal(err)
+		}
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		args, _, _ = unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	}
+	if len(args) == 0 {
+		t.Fatal("no stackflow-operator Deployment args in operator/config/default")
+	}
+	c, lines, err := resolveArgs(t, args...)
+	if err != nil {
+		t.Fatalf("the default install's args %q: %v", args, err)
+	}
+	if c.opts.WebhookAddr != "" || !strings.Contains(strings.Join(lines, "\n"), "Push webhook disabled") {
+		t.Errorf("default install: webhook %q, log %q; want it off and said so", c.opts.WebhookAddr, lines)
 	}
 }
