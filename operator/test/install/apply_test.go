@@ -207,9 +207,9 @@ func TestChartInstalls(t *testing.T) {
 	}, {
 		name:   "no-analysis",
 		values: "analysis: {enabled: false}\n",
-		check: func(t *testing.T, _ client.Client, objs []*unstructured.Unstructured, _, _, _, _ string) {
+		check: func(t *testing.T, _ client.Client, objs []*unstructured.Unstructured, rel, _, _, _ string) {
 			for _, o := range objs {
-				if strings.Contains(o.GetName(), "analysis") || strings.Contains(o.GetName(), "verifier") {
+				if n := strings.TrimPrefix(o.GetName(), rel+"-"); strings.HasPrefix(n, "analysis") || strings.HasSuffix(n, "-verifier") {
 					t.Errorf("analysis.enabled=false renders %s", id(o))
 				}
 			}
