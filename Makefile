@@ -24,7 +24,7 @@ tools: ## Build the code generators (controller-gen, buf, protoc-gen-go, protoc-
 	$(SUBSTRATE) protoc-tools
 
 .PHONY: generate
-generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace blocks
+generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs and operator rules, and generated go.mod replace blocks
 	./hack/kube-staging-replace.sh .
 	./hack/gen-tools-kube.sh
 	./hack/gen-tools-rollouts.sh
@@ -33,14 +33,19 @@ generate: tools ## Regenerate deepcopy code, CRDs and generated go.mod replace b
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
 	$(CONTROLLER_GEN) rbac:roleName=stackflow-operator paths=./operator/internal/... output:rbac:artifacts:config=operator/config/rbac
+	go run ./hack/chartgen
 	cd operator/proto/agent/v1 && PATH="$(PROTOC_TOOLS):$$PATH" buf generate --template buf.gen.yaml .
 	go run ./argocd-health/cmd/gen
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files differ from what is committed
-	@if [ -n "$$(git status --porcelain -- operator/api operator/proto operator/config argocd-health/install hack/tools go.mod go.sum)" ]; then \
-	  git status --porcelain -- operator/api $(CRD_DIR) hack/tools; git --no-pager diff --stat -- operator/api operator/proto operator/config argocd-health/install; \
+	@if [ -n "$$(git status --porcelain -- operator/api operator/proto operator/config operator/charts argocd-health/install hack/tools go.mod go.sum)" ]; then \
+	  git status --porcelain -- operator/api $(CRD_DIR) operator/charts hack/tools; git --no-pager diff --stat -- operator/api operator/proto operator/config operator/charts argocd-health/install; \
 	  echo "generated files are stale: run 'make generate' and commit the result" >&2; exit 1; fi
+
+.PHONY: chart
+chart: ## Regenerate the Helm chart's CRDs and operator rules (operator/charts/stackflow) from operator/config
+	go run ./hack/chartgen
 
 .PHONY: argocd-health
 argocd-health: ## Regenerate argocd-health/install (argocd-cm Component, Helm values) from the Lua scripts

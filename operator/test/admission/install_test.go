@@ -2,12 +2,11 @@ package admission
 
 import (
 	"context"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
@@ -17,27 +16,24 @@ import (
 // server with strict field validation: the install manifests are accepted as
 // written.
 func TestInstallManifestsAreValid(t *testing.T) {
+	// Built as `kubectl apply -k` builds it (the bases are directories).
 	dir := filepath.Join(substrate.RepoRoot(), "operator", "config", "default")
-	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var k struct{ Resources []string }
-	if err := yaml.Unmarshal(raw, &k); err != nil {
-		t.Fatal(err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	created := 0
-	for _, res := range k.Resources {
-		if strings.Contains(res, "/crd/") {
+	for _, r := range rm.Resources() {
+		if r.GetKind() == "CustomResourceDefinition" {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, res))
+		data, err := r.MarshalJSON()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, obj := range decodeAll(t, data) {
 			if err := cp.Client.Create(context.Background(), obj, strict); err != nil {
-				t.Fatalf("%s: %s %s rejected: %v", res, obj.GetKind(), obj.GetName(), err)
+				t.Fatalf("%s %s rejected: %v", obj.GetKind(), obj.GetName(), err)
 			}
 			created++
 		}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
+)
+
+// config is the command line: the operator's options and the manager's
+// addresses, before resolve reads files and checks flags against each other.
+type config struct {
+	opts        operator.Options
+	metricsAddr string
+	probeAddr   string
+	leaderElect operator.LeaderElection
+	zap         zap.Options
+
+	agentEnv          string
+	webhookSecretFile string
+	watchNamespaces   string
+}
+
+// parseFlags parses args (without the program name) into a config.
+func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
+	c := &config{zap: zap.Options{Development: false}}
+	opts := &c.opts
+	fs.StringVar(&opts.Runtime, "workspace-runtime", operator.RuntimePod, `how workspaces run: "pod" (StatefulSets; for clusters) or "local" (agent child processes; for development)`)
+	fs.StringVar(&opts.Pod.AgentImage, "agent-image", "ghcr.io/stackflow-io/stackflow-operator:latest", "image holding the agent at /agent (pod runtime)")
+	fs.StringVar(&opts.Pod.DefaultPulumiImage, "pulumi-image", "pulumi/pulumi:3.274.1-nonroot", "workspace image when spec.image is empty (pod runtime)")
+	fs.StringVar(&opts.LocalRoot, "local-root", "", "directory holding the local runtime's workspaces")
+	fs.StringVar(&opts.AgentBinary, "agent-binary", "", "agent executable for the local runtime")
+	fs.StringVar(&opts.PulumiRoot, "pulumi-root", "", "directory holding bin/pulumi for local agents (default: pulumi from PATH)")
+	fs.DurationVar(&opts.LocalRestartBackoff, "local-restart-backoff", 30*time.Second, "how long a failed local agent stays down before it is restarted")
+	fs.StringVar(&c.agentEnv, "agent-env", "", "comma-separated KEY=VALUE environment for local agents")
+	fs.IntVar(&opts.WorkspaceWorkers, "workspace-workers", 4, "concurrent Workspace reconciles")
+	fs.DurationVar(&opts.StackResyncOverride, "stack-resync-override", 0, "replace every Stack's resync interval (for tests and local demos; the API's minimum is 60s)")
+	fs.IntVar(&opts.StackWorkers, "stack-workers", 4, "concurrent Stack reconciles")
+	fs.IntVar(&opts.UpdateWorkers, "update-workers", 4, "concurrent Update reconciles (operations in flight are not limited by it)")
+	fs.StringVar(&opts.ArtifactDir, "artifact-dir", "", "directory holding Program artifacts (default: a new temporary directory; need not persist)")
+	fs.StringVar(&opts.ArtifactAddr, "artifact-addr", ":9090", "listen address of the artifact server workspaces download Programs from")
+	fs.StringVar(&opts.ArtifactBaseURL, "artifact-base-url", "", "URL workspaces reach the artifact server at, e.g. http://stackflow-operator.stackflow-system.svc:9090 (default: http://127.0.0.1:<port of --artifact-addr>)")
+	fs.DurationVar(&opts.GitPollInterval, "git-poll-interval", time.Minute, "how long a branch listing serves every Stack of a repository (relax to 5-10m with the push webhook)")
+	fs.StringVar(&opts.WebhookAddr, "webhook-bind-address", "", "serve the GitHub push webhook at /webhooks/github on this address; needs --webhook-secret-file (the webhook is off without it)")
+	fs.StringVar(&c.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhook's secret; without it the webhook is off (a file that cannot be read is an error)")
+	fs.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
+	fs.StringVar(&c.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics at /metrics, on every replica (0 disables)")
+	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "health probe address: /healthz (the process answers) and /readyz (this replica, leader or not, serves artifacts: artifact server up, Program cache synced); 0 disables")
+	fs.BoolVar(&c.leaderElect.Enabled, "leader-elect", false, "elect a leader through the Lease "+operator.LeaderElectionID+", for more than one replica (only the leader reconciles; every replica serves artifacts and probes)")
+	fs.StringVar(&c.leaderElect.Namespace, "leader-elect-namespace", "", "namespace of the leader election Lease (default in a cluster: the pod's namespace; required outside one)")
+	fs.StringVar(&c.leaderElect.Identity, "leader-elect-identity", "", "this replica's name in the Lease's holderIdentity (default: <hostname>_<random UUID>; e.g. the pod name from the downward API)")
+	fs.DurationVar(&c.leaderElect.LeaseDuration, "leader-elect-lease-duration", operator.DefaultLeaseDuration, "how long followers wait after the leader's last renewal before taking over (a crashed leader; a clean shutdown hands over at once)")
+	fs.DurationVar(&c.leaderElect.RenewDeadline, "leader-elect-renew-deadline", operator.DefaultRenewDeadline, "how long the leader retries renewing the Lease before it stops leading and exits (less than the lease duration)")
+	fs.DurationVar(&c.leaderElect.RetryPeriod, "leader-elect-retry-period", operator.DefaultRetryPeriod, "interval between attempts to acquire or renew the Lease")
+	c.zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// resolve completes the options from the flags: it validates leader election,
+// splits the lists, and reads the webhook secret. An optional feature left off
+// is logged in one line; a flag that names something missing is an error.
+func (c *config) resolve(log logr.Logger) error {
+	if c.leaderElect.Enabled {
+		if err := c.leaderElect.Validate(); err != nil { // before looking for a cluster
+			return fmt.Errorf("invalid leader election flags: %w", err)
+		}
+	}
+	c.opts.AgentEnv = map[string]string{}
+	for _, kv := range strings.Split(c.agentEnv, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			c.opts.AgentEnv[k] = v
+		}
+	}
+	c.opts.WatchNamespaces = nil
+	for _, ns := range strings.Split(c.watchNamespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			c.opts.WatchNamespaces = append(c.opts.WatchNamespaces, ns)
+		}
+	}
+	return c.resolveWebhook(log)
+}
+
+// resolveWebhook turns the push webhook on only when its secret is given: an
+// install without the optional Secret starts, with the webhook off.
+func (c *config) resolveWebhook(log logr.Logger) error {
+	if c.webhookSecretFile == "" {
+		if c.opts.WebhookAddr != "" {
+			log.Info("Push webhook disabled: no --webhook-secret-file (--webhook-bind-address ignored)", "webhookBindAddress", c.opts.WebhookAddr)
+		} else {
+			log.Info("Push webhook disabled: no --webhook-secret-file")
+		}
+		c.opts.WebhookAddr, c.opts.WebhookSecret = "", ""
+		return nil
+	}
+	if c.opts.WebhookAddr == "" {
+		return errors.New("--webhook-secret-file needs --webhook-bind-address (the address serving the push webhook)")
+	}
+	b, err := os.ReadFile(c.webhookSecretFile)
+	if err != nil {
+		return fmt.Errorf("read the push webhook secret (--webhook-secret-file): %w", err)
+	}
+	c.opts.WebhookSecret = strings.TrimSpace(string(b))
+	if c.opts.WebhookSecret == "" {
+		return fmt.Errorf("the push webhook secret file %s is empty", c.webhookSecretFile)
+	}
+	log.Info("Push webhook enabled", "webhookBindAddress", c.opts.WebhookAddr)
+	return nil
+}
+
+// envOr is the variable's value, or def when it is unset.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

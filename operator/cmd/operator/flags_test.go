@@ -1,0 +1,140 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// resolveArgs parses and resolves args as main does, returning the config,
+// the lines logged and the error.
+func resolveArgs(t *testing.T, args ...string) (*config, []string, error) {
+	t.Helper()
+	c, err := parseFlags(flag.NewFlagSet("operator", flag.ContinueOnError), args)
+	if err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	err = c.resolve(logr.Logger(log))
+	return c, lines, err
+}
+
+func TestWebhookOffWithoutSecretFile(t *testing.T) {
+	for _, args := range [][]string{
+		nil, // the default install
+		{"--webhook-bind-address=:9292"},
+	} {
+		c, lines, err := resolveArgs(t, args...)
+		if err != nil {
+			t.Fatalf("%v: want no error (the operator starts), got %v", args, err)
+		}
+		if c.opts.WebhookAddr != "" || c.opts.WebhookSecret != "" {
+			t.Errorf("%v: webhook on (%q), want off", args, c.opts.WebhookAddr)
+		}
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, "Push webhook disabled: no --webhook-secret-file") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%v: want one line saying the webhook is disabled, got %q", args, lines)
+		}
+	}
+}
+
+func TestWebhookSecretFileMissing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "secret")
+	_, _, err := resolveArgs(t, "--webhook-bind-address=:9292", "--webhook-secret-file="+missing)
+	if err == nil || !strings.Contains(err.Error(), "read the push webhook secret (--webhook-secret-file)") || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("want a clear error naming the flag and the file, got %v", err)
+	}
+}
+
+func TestWebhookOn(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, lines, err := resolveArgs(t, "--webhook-bind-address=:9292", "--webhook-secret-file="+file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.opts.WebhookAddr != ":9292" || c.opts.WebhookSecret != "s3cret" {
+		t.Errorf("webhook %q secret set %v", c.opts.WebhookAddr, c.opts.WebhookSecret != "")
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "s3cret") {
+			t.Errorf("the secret was logged: %s", l)
+		}
+	}
+}
+
+func TestWebhookSecretFileEmptyOrWithoutAddress(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := resolveArgs(t, "--webhook-bind-address=:9292", "--webhook-secret-file="+empty); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Errorf("empty secret file: got %v", err)
+	}
+	if _, _, err := resolveArgs(t, "--webhook-secret-file="+empty); err == nil || !strings.Contains(err.Error(), "needs --webhook-bind-address") {
+		t.Errorf("secret file without address: got %v", err)
+	}
+}
+
+func TestWatchNamespaces(t *testing.T) {
+	c, _, err := resolveArgs(t, "--watch-namespaces= a, b,,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.opts.WatchNamespaces, ","); got != "a,b" {
+		t.Errorf("watch namespaces %q, want a,b", got)
+	}
+}
+
+// TestDefaultInstallArgs: the arguments the default install passes
+// (operator/config/default, which operator/test/install keeps equal to the
+// Helm chart's defaults) resolve without a webhook Secret, the webhook off.
+func TestDefaultInstallArgs(t *testing.T) {
+	dir := filepath.Join("..", "..", "config", "default")
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, r := range rm.Resources() {
+		if r.GetKind() != "Deployment" || r.GetName() != "stackflow-operator" {
+			continue
+		}
+		raw, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(raw); err != nil {
+			t.Fatal(err)
+		}
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		args, _, _ = unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	}
+	if len(args) == 0 {
+		t.Fatal("no stackflow-operator Deployment args in operator/config/default")
+	}
+	c, lines, err := resolveArgs(t, args...)
+	if err != nil {
+		t.Fatalf("the default install's args %q: %v", args, err)
+	}
+	if c.opts.WebhookAddr != "" || !strings.Contains(strings.Join(lines, "\n"), "Push webhook disabled") {
+		t.Errorf("default install: webhook %q, log %q; want it off and said so", c.opts.WebhookAddr, lines)
+	}
+}
