@@ -146,12 +146,13 @@ func TestStackLifecycleAsServiceAccount(t *testing.T) {
 	}
 	waitStack(t, cp.Client, s, 3*time.Minute, "ready", record("v1-cm1-pw1"))
 
-	// The outputs Secret, written by the operator and read back into status.
+	// The outputs Secret, written by the operator and read back into status
+	// (masked: the output derives from secret config).
 	var outs corev1.Secret
 	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: s.Status.LastUpdate.Name + "-stack-outputs"}, &outs); err != nil {
 		t.Fatalf("outputs secret: %v", err)
 	}
-	if string(outs.Data["content"]) != `"v1-cm1-pw1"` || string(s.Status.Outputs["content"].Raw) != `"v1-cm1-pw1"` {
+	if string(outs.Data["content"]) != `"v1-cm1-pw1"` || string(s.Status.Outputs["content"].Raw) != `"[secret]"` {
 		t.Fatalf("outputs: secret %q, status %s", outs.Data["content"], s.Status.Outputs["content"].Raw)
 	}
 

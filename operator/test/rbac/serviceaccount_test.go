@@ -164,6 +164,12 @@ func operatorIdentity(t *testing.T, ns string) (*rest.Config, *forbidden) {
 			return resp, err
 		})
 	}
+	// Whatever else failed, say what was refused (a timeout is often a 403).
+	t.Cleanup(func() {
+		if reqs := f.list(); len(reqs) > 0 {
+			t.Errorf("the API server refused the operator (403): %v", reqs)
+		}
+	})
 	return cfg, f
 }
 
