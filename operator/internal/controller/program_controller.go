@@ -66,9 +66,11 @@ func (r *ProgramReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// +kubebuilder:rbac:groups=pulumi.com,resources=programs,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=pulumi.com,resources=programs/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=pulumi.com,resources=programs/finalizers,verbs=update
+// Programs: cached reads, the finalizer (Update), the status patch. A
+// Program owns nothing, so no finalizers subresource.
+// +kubebuilder:rbac:groups=pulumi.com,resources=programs,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=pulumi.com,resources=programs/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile converges one Program: its current content published, older
 // artifacts pruned; all of them removed when it is deleted.

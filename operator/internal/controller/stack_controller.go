@@ -39,7 +39,6 @@ const (
 	prerequisiteField = "spec.prerequisites.name"
 	programRefField   = "spec.programRef.name"
 	configMapsField   = "stackflow.configmaps"
-	secretsField      = "stackflow.secrets"
 	repositoryField   = "stackflow.repository"
 	fluxSourceField   = "stackflow.fluxsource"
 )
@@ -85,6 +84,26 @@ type StackReconciler struct {
 	// Git, when set, is the shared resolver whose listings a push
 	// (pushAnnotation) invalidates.
 	Git *gitresolve.Shared
+	// SecretPollInterval is how often an up-to-date Stack that reads
+	// Secrets reads them again, so a rotated value is deployed: Secrets are
+	// read from the API server, never watched. Default DefaultSecretPoll.
+	SecretPollInterval time.Duration
+}
+
+// DefaultSecretPoll is how often a Stack re-reads its Secrets by default.
+const DefaultSecretPoll = time.Minute
+
+// secretPoll is when an up-to-date Stack looks again: at its resync
+// (requeue, 0 for never) or, when it reads Secrets, at the latest after
+// interval, since no watch tells it that one changed or appeared.
+func secretPoll(s *pulumiv1.Stack, requeue, interval time.Duration) time.Duration {
+	if len(referencedSecrets(s)) == 0 || interval <= 0 {
+		return requeue
+	}
+	if requeue == 0 || interval < requeue {
+		return interval
+	}
+	return requeue
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -97,6 +116,9 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.SecretPollInterval == 0 {
+		r.SecretPollInterval = DefaultSecretPoll
 	}
 	registerStackStates.Do(func() { metrics.Registry.MustRegister(stackStates{reader: mgr.GetClient()}) })
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, prerequisiteField, func(o client.Object) []string {
@@ -116,7 +138,7 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	for field, names := range map[string]func(*pulumiv1.Stack) []string{configMapsField: referencedConfigMaps, secretsField: referencedSecrets, repositoryField: trackedRepository, fluxSourceField: fluxSourceKey} {
+	for field, names := range map[string]func(*pulumiv1.Stack) []string{configMapsField: referencedConfigMaps, repositoryField: trackedRepository, fluxSourceField: fluxSourceKey} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, field, func(o client.Object) []string {
 			return names(o.(*pulumiv1.Stack))
 		}); err != nil {
@@ -132,10 +154,12 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&pulumiv1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.indexed(prerequisiteField, objectName))).
 		// A Program's new artifact wakes the Stacks that use it.
 		Watches(&pulumiv1.Program{}, handler.EnqueueRequestsFromMapFunc(r.indexed(programRefField, objectName))).
-		// A ConfigMap or Secret a Stack refers to appearing or changing wakes it:
-		// a Stack stalled on a missing reference recovers by itself.
+		// A ConfigMap a Stack refers to appearing or changing wakes it: a
+		// Stack stalled on a missing reference recovers by itself. Secrets
+		// are not watched (the role grants no list or watch of Secrets, which
+		// would read every Secret of the cluster): a Stack reading Secrets
+		// reads them again every SecretPollInterval (secretPoll).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField, objectName))).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.indexed(secretsField, objectName))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Build(r)
 	if err != nil {
@@ -197,7 +221,7 @@ func referencedConfigMaps(s *pulumiv1.Stack) []string {
 	return append(names, s.Spec.Envs...)
 }
 
-// referencedSecrets lists the Secrets a Stack reads.
+// referencedSecrets lists the Secrets a Stack reads (secretPoll).
 func referencedSecrets(s *pulumiv1.Stack) []string {
 	var names []string
 	add := func(r *pulumiv1.ResourceRef) {
@@ -249,12 +273,22 @@ func (r *StackReconciler) indexed(field string, key func(client.Object) string) 
 	}
 }
 
+// Stacks: cached reads, the finalizer (Update), push and resync request
+// annotations (Patch), the one status patch; finalizers/update for the
+// blockOwnerDeletion references of its Workspace and Updates. Updates are
+// created, released (Patch of the result finalizer) and old drift checks
+// deleted; the Workspace created, updated and deleted. Referenced ConfigMaps
+// are watched, referenced Secrets read by name (never cached or watched).
 // +kubebuilder:rbac:groups=pulumi.com,resources=stacks,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=pulumi.com,resources=stacks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=pulumi.com,resources=stacks/status,verbs=patch
 // +kubebuilder:rbac:groups=pulumi.com,resources=stacks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=pulumi.com,resources=programs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces;updates,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // stackScope is what one reconcile of a Stack has learned so far.
 type stackScope struct {
@@ -370,7 +404,7 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, sc *stackScope)
 	sc.decision = d
 	switch d.Action {
 	case stack.UpToDate:
-		sc.requeue = d.RequeueAfter
+		sc.requeue = secretPoll(s, d.RequeueAfter, r.SecretPollInterval)
 		if err := r.reclaimWorkspace(ctx, s); err != nil {
 			return err
 		}

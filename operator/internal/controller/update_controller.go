@@ -107,8 +107,16 @@ func (r *UpdateReconciler) updatesOfWorkspace(ctx context.Context, o client.Obje
 	return reqs
 }
 
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates,verbs=get;list;watch;update;patch;delete
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates/status,verbs=get;update;patch
+// Updates: cached reads, deletion after their TTL, the one status patch;
+// finalizers/update for the outputs Secret's blockOwnerDeletion reference.
+// The outputs Secret is created once (immutable); the workspace token read by
+// name.
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates/status,verbs=patch
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates/finalizers,verbs=update
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile converges one Update.
 func (r *UpdateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {

@@ -100,6 +100,10 @@ type Options struct {
 	// StackResyncOverride replaces every Stack's resync interval (tests and
 	// local demos; the CRD's minimum is 60 s).
 	StackResyncOverride time.Duration
+	// SecretPollInterval is how often an up-to-date Stack re-reads the
+	// Secrets it refers to (default controller.DefaultSecretPoll): Secrets
+	// are read by name from the API server, never listed or watched.
+	SecretPollInterval time.Duration
 	// InputsDigestKey keys the digests of the values Stacks read from
 	// ConfigMaps and Secrets (status.lastUpdate.inputsDigest). When empty,
 	// Setup reads it from the Secret InputsDigestKeySecret in
@@ -151,10 +155,11 @@ func (o *Operator) Close() { o.Agents.Close() }
 // reconcilers run on the leader only, the artifact server on every replica.
 // Close the result when the manager stops.
 func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
+	c := newUncachedSecrets(mgr.GetClient(), mgr.GetAPIReader())
 	var rt workspace.Runtime
 	switch opts.Runtime {
 	case RuntimePod, "":
-		rt = &workspace.PodRuntime{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Options: opts.Pod, Health: opts.PodHealth, Now: opts.PodClock}
+		rt = &workspace.PodRuntime{Client: c, Scheme: mgr.GetScheme(), Options: opts.Pod, Health: opts.PodHealth, Now: opts.PodClock}
 	case RuntimeLocal:
 		if opts.AgentBinary == "" || opts.LocalRoot == "" {
 			return nil, fmt.Errorf("the local runtime needs an agent binary and a root directory")
@@ -166,7 +171,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	}
 	pool := agentclient.NewPool()
 	if err := (&controller.WorkspaceReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("workspace-controller"),
+		Client: c, Recorder: mgr.GetEventRecorderFor("workspace-controller"),
 		Runtime: rt, Agents: pool, Workers: opts.WorkspaceWorkers, WatchPods: opts.Runtime != RuntimeLocal,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workspace controller: %w", err)
@@ -187,8 +192,9 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		}
 	}
 	stacks := &controller.StackReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
+		Client: c, Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
 		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key,
+		SecretPollInterval: opts.SecretPollInterval,
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)
@@ -202,7 +208,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		op.WebhookAddr = addr
 	}
 	if err := (&controller.UpdateReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("update-controller"),
+		Client: c, Recorder: mgr.GetEventRecorderFor("update-controller"),
 		Agents: pool, Workers: opts.UpdateWorkers,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up update controller: %w", err)
@@ -212,6 +218,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	}
 	return op, nil
 }
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 
 // inputsDigestKey reads (or, the first time, creates) the key of the inputs
 // digests. Several replicas starting together may race to create it: the
@@ -376,7 +384,9 @@ func (everyReplica) NeedLeaderElection() bool          { return false }
 // CacheOptions limits the manager's caches (and so its watches, RBAC needs and
 // reconciles) to namespaces; none means cluster-wide. Pods are cached only
 // when they are workspace pods (labelled as managed by Stackflow), so the
-// operator does not hold every pod of the cluster in memory.
+// operator does not hold every pod of the cluster in memory. Secrets are
+// never cached: Setup's clients read them from the API server
+// (uncachedSecrets), so no Secret informer exists.
 func CacheOptions(namespaces []string) cache.Options {
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{pod.LabelManagedBy: pod.LabelManagedByValue})},

@@ -17,6 +17,15 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
 
+// The pod runtime creates and updates the StatefulSet and Service (read from
+// the cache) and deletes neither: the garbage collector does, through their
+// owner references (Remove). It reads the workspace pod (cached, labelled
+// ones only) and, to redact a pod's message, the Secrets the pod reads.
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+
 // PodRuntime runs each workspace as a StatefulSet of one pod behind a headless
 // Service, both owned by the Workspace (deleted with it).
 type PodRuntime struct {

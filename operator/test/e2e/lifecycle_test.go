@@ -299,7 +299,9 @@ func TestStalledStackHealsByItself(t *testing.T) {
 // digest in status reveals nothing of the Secret.
 func TestStackInputsAreDesiredState(t *testing.T) {
 	e := newEnv(t)
-	// No resync override: only the watches can wake the Stack.
+	// No resync override: the ConfigMap watch wakes the Stack, and Secrets
+	// (never watched) are re-read every SecretPollInterval.
+	e.opts.SecretPollInterval = 2 * time.Second
 	startOperator(t, e.opts)
 	repo := gitrepo.New(t)
 	ctx := context.Background()

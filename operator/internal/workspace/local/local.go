@@ -344,6 +344,11 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	return own, args, secrets, nil
 }
 
+// The local runtime reads the Secrets and ConfigMaps of the workspace's env
+// by name from the API server.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
+
 func (r *Runtime) secretKey(ctx context.Context, ns string, sel *corev1.SecretKeySelector) (string, error) {
 	var s corev1.Secret
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: sel.Name}, &s); err != nil {
