@@ -22,13 +22,17 @@ ClusterRole, or with watchNamespaces by a Role in each watched namespace. */ -}}
   - ""
   resources:
   - secrets
+  verbs:
+  - create
+  - get
+- apiGroups:
+  - ""
+  resources:
   - services
   verbs:
   - create
-  - delete
   - get
   - list
-  - patch
   - update
   - watch
 - apiGroups:
@@ -37,50 +41,65 @@ ClusterRole, or with watchNamespaces by a Role in each watched namespace. */ -}}
   - statefulsets
   verbs:
   - create
-  - delete
   - get
   - list
-  - patch
   - update
   - watch
 - apiGroups:
   - auto.pulumi.com
   resources:
   - updates
-  - workspaces
   verbs:
   - create
   - delete
   - get
   - list
   - patch
-  - update
   - watch
 - apiGroups:
   - auto.pulumi.com
   resources:
-  - updates/status
-  - workspaces/status
-  verbs:
-  - get
-  - patch
-  - update
-- apiGroups:
-  - auto.pulumi.com
-  resources:
+  - updates/finalizers
   - workspaces/finalizers
   verbs:
   - update
 - apiGroups:
   - auto.pulumi.com
   resources:
-  - workspaces/rpc
+  - updates/status
+  - workspaces/status
   verbs:
-  - use
+  - patch
+- apiGroups:
+  - auto.pulumi.com
+  resources:
+  - workspaces
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - update
+  - watch
 - apiGroups:
   - pulumi.com
   resources:
   - programs
+  verbs:
+  - get
+  - list
+  - update
+  - watch
+- apiGroups:
+  - pulumi.com
+  resources:
+  - programs/status
+  - stacks/status
+  verbs:
+  - patch
+- apiGroups:
+  - pulumi.com
+  resources:
   - stacks
   verbs:
   - get
@@ -91,18 +110,8 @@ ClusterRole, or with watchNamespaces by a Role in each watched namespace. */ -}}
 - apiGroups:
   - pulumi.com
   resources:
-  - programs/finalizers
   - stacks/finalizers
   verbs:
-  - update
-- apiGroups:
-  - pulumi.com
-  resources:
-  - programs/status
-  - stacks/status
-  verbs:
-  - get
-  - patch
   - update
 - apiGroups:
   - source.toolkit.fluxcd.io
