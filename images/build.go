@@ -2,10 +2,13 @@ package images
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -105,17 +108,23 @@ func Build(ctx context.Context, opts Options, specs []Spec) ([]Built, error) {
 			}
 		}
 	}
-	// executables[platform][package] is the built file.
-	executables := map[string]map[string]string{}
-	for _, p := range opts.Platforms {
+	// executables[platform][package] is the built file. The platforms are
+	// built at once: linking is mostly single-threaded.
+	executables := make([]map[string]string, len(opts.Platforms))
+	err := parallel(len(opts.Platforms), func(i int) error {
+		p := opts.Platforms[i]
 		start := time.Now()
 		dir := fmt.Sprintf("%s/%s_%s", work, p.OS, p.Architecture)
 		out, err := goBuild(ctx, opts.ModuleRoot, dir, p, opts.Source.Version, packages)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		executables[p.String()] = out
+		executables[i] = out
 		logf("go build %s: %d binaries in %s", p.String(), len(packages), time.Since(start).Round(time.Millisecond))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 
 	start := time.Now()
@@ -127,17 +136,28 @@ func Build(ctx context.Context, opts Options, specs []Spec) ([]Built, error) {
 	if err != nil {
 		return nil, err
 	}
+	// images[spec*len(platforms)+platform], compressed in parallel.
+	n := len(opts.Platforms)
+	imgs := make([]v1.Image, len(specs)*n)
+	err = parallel(len(imgs), func(i int) error {
+		s, p := specs[i/n], opts.Platforms[i%n]
+		img, err := image(s, opts, p, base, executables[i%n])
+		if err != nil {
+			return fmt.Errorf("image %s for %s: %w", s.Name, p.String(), err)
+		}
+		imgs[i] = img
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	var built []Built
-	for _, s := range specs {
+	for si, s := range specs {
 		idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 		var adds []mutate.IndexAddendum
-		for _, p := range opts.Platforms {
-			img, err := image(s, opts, p, base, executables[p.String()])
-			if err != nil {
-				return nil, fmt.Errorf("image %s for %s: %w", s.Name, p.String(), err)
-			}
+		for pi, p := range opts.Platforms {
 			platform := p
-			adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &platform}})
+			adds = append(adds, mutate.IndexAddendum{Add: imgs[si*n+pi], Descriptor: v1.Descriptor{Platform: &platform}})
 		}
 		idx = mutate.AppendManifests(idx, adds...)
 		idx = mutate.Annotations(idx, opts.labels(s)).(v1.ImageIndex)
@@ -171,6 +191,24 @@ func (opts Options) validate(specs []Spec) error {
 		names[s.Name] = true
 	}
 	return nil
+}
+
+// parallel runs f(0…n-1) on up to GOMAXPROCS goroutines and returns their
+// errors joined.
+func parallel(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // labels are the OCI annotations of an image set, as image config labels

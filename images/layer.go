@@ -92,7 +92,7 @@ func layer(entries []entry, mtime time.Time) (v1.Layer, error) {
 	// it again for the digest nor depends on its own compressor's output.
 	// The gzip header carries no name and no time.
 	var gzBuf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&gzBuf, gzip.BestCompression)
+	zw, err := gzip.NewWriterLevel(&gzBuf, gzip.DefaultCompression)
 	if err != nil {
 		return nil, err
 	}
