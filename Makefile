@@ -66,6 +66,17 @@ test: substrate tools build ## Obtain the substrate, then run the whole test sui
 	$(MAKE) verify-generate
 	eval "$$($(SUBSTRATE) env)" && go test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
+.PHONY: images
+# REGISTRY=ghcr.io/x pushes <registry>/<name>:<version>; VERSION overrides
+# git describe; PLATFORMS and IMAGES narrow the build (comma-separated).
+REGISTRY ?=
+VERSION ?=
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGES ?=
+images: ## Build the OCI images (operator+agent, analysis, kargo; amd64+arm64) into _build/images without Docker; REGISTRY=… pushes them
+	go run ./images/cmd/stackflow-images --out _build/images --platforms '$(PLATFORMS)' \
+	  $(if $(IMAGES),--images '$(IMAGES)') $(if $(VERSION),--version '$(VERSION)') $(if $(REGISTRY),--registry '$(REGISTRY)')
+
 .PHONY: bench-analysis
 bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stacks, 1,000 req/s, p50/p99 latency and RSS
 	eval "$$($(SUBSTRATE) env)" && go test -run XXX -bench BenchmarkVerificationLoad -benchtime 1x ./analysis/test/load/
