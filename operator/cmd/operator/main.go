@@ -58,7 +58,7 @@ func main() {
 		log.Error(err, "Setting up the probe server failed")
 		os.Exit(1)
 	}
-	if _, err := operator.AddMetricsServer(mgr, c.metricsAddr); err != nil {
+	if _, err := operator.AddMetricsServer(mgr, c.metrics); err != nil {
 		log.Error(err, "Setting up the metrics server failed")
 		os.Exit(1)
 	}

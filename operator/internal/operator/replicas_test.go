@@ -105,7 +105,7 @@ func startReplica(t *testing.T, cfg *rest.Config, ns, identity string) *replica 
 	if r.probeAddr, err = operator.AddProbeServer(mgr, "127.0.0.1:0", op.ReadyChecks); err != nil {
 		t.Fatal(err)
 	}
-	if r.metricsAddr, err = operator.AddMetricsServer(mgr, "127.0.0.1:0"); err != nil {
+	if r.metricsAddr, err = operator.AddMetricsServer(mgr, operator.MetricsOptions{Addr: "127.0.0.1:0", Auth: operator.MetricsAuthNone}); err != nil {
 		t.Fatal(err)
 	}
 	r.mgr, r.op = mgr, op

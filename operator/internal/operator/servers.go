@@ -1,16 +1,23 @@
 package operator
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	certutil "k8s.io/client-go/util/cert"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/stackflow-io/stackflow/analysis/auth"
 )
 
 // Timeouts of the metrics and probe servers (controller-runtime's own set no
@@ -40,6 +47,11 @@ func newEndpointServer(h http.Handler) *http.Server {
 // manager's start, before the caches sync. It returns the bound address; ""
 // or "0" serves nothing.
 func addEndpointServer(mgr ctrl.Manager, name, addr string, h http.Handler) (string, error) {
+	return addEndpointServerTLS(mgr, name, addr, h, nil)
+}
+
+// addEndpointServerTLS is addEndpointServer serving TLS when tlsConfig is set.
+func addEndpointServerTLS(mgr ctrl.Manager, name, addr string, h http.Handler, tlsConfig *tls.Config) (string, error) {
 	if addr == "" || addr == "0" {
 		return "", nil
 	}
@@ -47,12 +59,16 @@ func addEndpointServer(mgr ctrl.Manager, name, addr string, h http.Handler) (str
 	if err != nil {
 		return "", fmt.Errorf("%s server: %w", name, err)
 	}
+	bound := l.Addr().String()
+	if tlsConfig != nil {
+		l = tls.NewListener(l, tlsConfig)
+	}
 	shutdown := endpointShutdownTimeout
 	if err := mgr.Add(&manager.Server{Name: name, Server: newEndpointServer(h), Listener: l, ShutdownTimeout: &shutdown}); err != nil {
 		l.Close()
 		return "", fmt.Errorf("add %s server: %w", name, err)
 	}
-	return l.Addr().String(), nil
+	return bound, nil
 }
 
 // AddProbeServer serves /healthz (the process answers) and /readyz (every
@@ -69,11 +85,90 @@ func AddProbeServer(mgr ctrl.Manager, addr string, ready map[string]healthz.Chec
 	return addEndpointServer(mgr, "health probe", addr, mux)
 }
 
+// Metrics authentication modes.
+const (
+	// MetricsAuthKube serves /metrics over HTTPS to callers whose bearer
+	// token passes a TokenReview and whose SubjectAccessReview allows get on
+	// the non-resource URL /metrics (ClusterRole stackflow-metrics-reader).
+	MetricsAuthKube = "kube"
+	// MetricsAuthNone serves /metrics over plain HTTP to anyone.
+	MetricsAuthNone = "none"
+)
+
+// MetricsOptions configure the metrics server.
+type MetricsOptions struct {
+	// Addr is the listen address; "" or "0" serves nothing.
+	Addr string
+	// Auth is MetricsAuthKube (default) or MetricsAuthNone.
+	Auth string
+	// CertDir holds tls.crt and tls.key (reloaded when they change); empty
+	// serves HTTPS with a self-signed certificate made at start.
+	CertDir string
+}
+
 // AddMetricsServer serves controller-runtime's registry (which holds the
-// stackflow_ metrics) at /metrics on addr. Disable the manager's own
-// (Metrics.BindAddress "0") when using it.
-func AddMetricsServer(mgr ctrl.Manager, addr string) (string, error) {
+// stackflow_ metrics) at /metrics on o.Addr; with MetricsAuthKube, over TLS
+// and only to authorized callers, as kubebuilder projects do. Disable the
+// manager's own (Metrics.BindAddress "0") when using it.
+func AddMetricsServer(mgr ctrl.Manager, o MetricsOptions) (string, error) {
+	var h http.Handler = promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
-	return addEndpointServer(mgr, "metrics", addr, mux)
+	var tlsConfig *tls.Config
+	switch o.Auth {
+	case "", MetricsAuthKube:
+		cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+		if err != nil {
+			return "", fmt.Errorf("metrics authentication: %w", err)
+		}
+		h = requireAccess(auth.New(auth.Options{Client: cs, GrantHint: "bind the ClusterRole stackflow-metrics-reader"}), "/metrics", h)
+		if tlsConfig, err = metricsTLS(mgr, o.CertDir); err != nil {
+			return "", err
+		}
+	case MetricsAuthNone:
+	default:
+		return "", fmt.Errorf("metrics auth %q: use %s or %s", o.Auth, MetricsAuthKube, MetricsAuthNone)
+	}
+	mux.Handle("/metrics", h)
+	return addEndpointServerTLS(mgr, "metrics", o.Addr, mux, tlsConfig)
+}
+
+// requireAccess serves next only to callers whose bearer token is allowed
+// get on the non-resource path (TokenReview, SubjectAccessReview; answers
+// cached briefly); others get 401, 403 or 503 with the reason.
+func requireAccess(az *auth.Authorizer, path string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := az.Check(r, auth.PathTarget(path)); err != nil {
+			http.Error(w, err.Error(), auth.StatusCode(err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// metricsTLS serves the certificate in certDir (watched for renewals), or a
+// self-signed one made now (a scraper then skips verification, as with
+// kubebuilder's default).
+func metricsTLS(mgr ctrl.Manager, certDir string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if certDir != "" {
+		w, err := certwatcher.New(filepath.Join(certDir, "tls.crt"), filepath.Join(certDir, "tls.key"))
+		if err != nil {
+			return nil, fmt.Errorf("metrics certificate in %s: %w", certDir, err)
+		}
+		if err := mgr.Add(w); err != nil {
+			return nil, err
+		}
+		cfg.GetCertificate = w.GetCertificate
+		return cfg, nil
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("stackflow-operator-metrics", nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("self-signed metrics certificate: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Certificates = []tls.Certificate{cert}
+	return cfg, nil
 }

@@ -104,6 +104,13 @@ var leaderElectionNeeds = map[string]string{
 	"coordination.k8s.io/leases update": "LeaseLock.Update: acquire, renew, and release on a clean shutdown",
 }
 
+// metricsAuthNeeds is why the metrics authentication ClusterRole grants each
+// verb (operator/internal/operator/servers.go, --metrics-auth=kube).
+var metricsAuthNeeds = map[string]string{
+	"authentication.k8s.io/tokenreviews create":        "requireAccess: who the scraper's bearer token belongs to",
+	"authorization.k8s.io/subjectaccessreviews create": "requireAccess: whether that user may get /metrics",
+}
+
 // grants flattens rules into "<group>/<resource> <verb>" keys.
 func grants(t *testing.T, rules []rbacv1.PolicyRule) map[string]bool {
 	t.Helper()
@@ -167,6 +174,12 @@ func TestEveryVerbJustified(t *testing.T) {
 		t.Fatalf("%s: %d Roles, want the leader election Role", leaderElectionFile, len(le))
 	}
 	checkJustified(t, leaderElectionFile+" Role "+le[0].Name, grants(t, le[0].Rules), leaderElectionNeeds)
+
+	ma, _ := loadRoles(t, metricsAuthFile)
+	if len(ma) != 1 {
+		t.Fatalf("%s: %d ClusterRoles, want the metrics authentication ClusterRole", metricsAuthFile, len(ma))
+	}
+	checkJustified(t, metricsAuthFile, grants(t, ma[0].Rules), metricsAuthNeeds)
 
 	// The point of the exercise, stated on its own.
 	g := grants(t, cluster[0].Rules)

@@ -34,6 +34,8 @@ import (
 var (
 	clusterRoleFile    = filepath.Join("operator", "config", "rbac", "role.yaml")
 	leaderElectionFile = filepath.Join("operator", "config", "manager", "role_binding.yaml")
+	metricsAuthFile    = filepath.Join("operator", "config", "rbac", "metrics_auth_role.yaml")
+	metricsReaderFile  = filepath.Join("operator", "config", "rbac", "metrics_reader_role.yaml")
 )
 
 // loadRoles reads the ClusterRoles and Roles of a manifest file (relative to
@@ -87,8 +89,9 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // operatorIdentity creates, in namespace ns, the ServiceAccount
-// stackflow-operator bound to the generated ClusterRole (under a name unique
-// to ns) and, in ns, the leader election Role; it returns a config
+// stackflow-operator bound to the generated ClusterRole and the metrics
+// authentication ClusterRole (under names unique to ns) and, in ns, the
+// leader election Role; it returns a config
 // impersonating that ServiceAccount (with its groups, as a token of it would
 // authenticate), and the record of its 403 answers.
 func operatorIdentity(t *testing.T, ns string) (*rest.Config, *forbidden) {
@@ -102,7 +105,11 @@ func operatorIdentity(t *testing.T, ns string) (*rest.Config, *forbidden) {
 	if len(cluster) != 1 {
 		t.Fatalf("%s has %d ClusterRoles, want 1", clusterRoleFile, len(cluster))
 	}
-	for _, r := range cluster {
+	metricsAuth, _ := loadRoles(t, metricsAuthFile)
+	if len(metricsAuth) != 1 {
+		t.Fatalf("%s has %d ClusterRoles, want 1", metricsAuthFile, len(metricsAuth))
+	}
+	for _, r := range append(cluster, metricsAuth...) {
 		r.Name = r.Name + "-" + ns
 		r.ResourceVersion = ""
 		objs = append(objs, r.DeepCopy(), &rbacv1.ClusterRoleBinding{
