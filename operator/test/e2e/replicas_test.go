@@ -58,7 +58,7 @@ func startReplica(t testing.TB, e *env, kubeconfig, identity string) *replica {
 		"--agent-binary="+e.opts.AgentBinary, "--pulumi-root="+e.opts.PulumiRoot,
 		"--agent-env="+strings.Join(agentEnv, ","), "--local-restart-backoff=1s",
 		"--watch-namespaces="+e.ns, "--stack-resync-override=2s",
-		"--metrics-bind-address="+r.metricsAddr, "--health-probe-bind-address="+r.probeAddr,
+		"--metrics-bind-address="+r.metricsAddr, "--metrics-auth=none", "--health-probe-bind-address="+r.probeAddr,
 		"--artifact-addr="+r.artifactAddr, "--artifact-dir="+t.TempDir(),
 		"--leader-elect", "--leader-elect-namespace="+e.ns, "--leader-elect-identity="+identity,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s")
