@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"sort"
 	"strings"
 	"sync"
@@ -131,6 +132,46 @@ func (r *redactor) redact(s string) string {
 		s = strings.ReplaceAll(s, v, "[secret]")
 	}
 	return s
+}
+
+// summarize is summarize(err) redacted before it is capped, so that the cap
+// cannot cut a secret into a prefix that no longer matches.
+func (r *redactor) summarize(err error) string {
+	return truncateMessage(r.redact(summaryLines(err)))
+}
+
+// secretLeaves are the values to redact for a secret output of any JSON type:
+// a string itself; a number or boolean as printed in JSON; for an object or a
+// list, its JSON text and each leaf, since a provider may echo any of them.
+func secretLeaves(v any) []string {
+	switch t := v.(type) {
+	case nil:
+		return nil
+	case string:
+		return []string{t}
+	case map[string]any:
+		out := []string{jsonText(t)}
+		for _, e := range t {
+			out = append(out, secretLeaves(e)...)
+		}
+		return out
+	case []any:
+		out := []string{jsonText(t)}
+		for _, e := range t {
+			out = append(out, secretLeaves(e)...)
+		}
+		return out
+	default:
+		return []string{jsonText(t)}
+	}
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // Redaction scopes.
