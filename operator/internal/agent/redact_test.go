@@ -150,3 +150,20 @@ func TestSecretLeaves(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactorCutSecret: the start of a secret that the engine shortened with
+// an ellipsis is redacted; text merely ending like a short start is kept.
+func TestRedactorCutSecret(t *testing.T) {
+	r := newRedactor()
+	r.add("QxWDiudLdqcdIuhR4C1oDJZMbVcibw1P")
+	for in, want := range map[string]string{
+		`    echoed: "QxWDiudLdqcdIuhR…`:                         `    echoed: "[secret]…`,
+		`key QxWDiudLdq... and QxWDiudLdqcdIuhR4C1oDJZMbVcibw1P`: `key [secret]... and [secret]`,
+		`short QxWD… stays`:                                      `short QxWD… stays`,
+		`no ellipsis QxWDiudLdqcd`:                               `no ellipsis QxWDiudLdqcd`,
+	} {
+		if got := r.redact(in); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
