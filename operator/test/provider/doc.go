@@ -12,7 +12,7 @@
 // operation fail with a recognisable error; "sleepSeconds" makes create and update
 // take that long (honouring cancellation), for concurrency and crash tests;
 // "echo" (any JSON) or "echoEnv" (the name of an environment variable of the
-// provider) is returned as the output "echoed" and repeated in failOn's error,
+// provider, whose value follows a string "echo") is returned as the output "echoed" and repeated in failOn's error,
 // as a careless provider would, for redaction tests.
 //
 // It imports only the Pulumi SDK.

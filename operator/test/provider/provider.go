@@ -88,7 +88,8 @@ type record struct {
 	FailOn       string
 	SleepSeconds float64
 	// Echoed is the "echo" input (any JSON) or, when "echoEnv" names an
-	// environment variable, its value; nil when neither is set.
+	// environment variable, its value (after "echo", when that is a string);
+	// nil when neither is set.
 	Echoed any
 }
 
@@ -114,7 +115,8 @@ func parseRecord(props *structpb.Struct) (record, []*pulumirpc.CheckFailure) {
 		r.Echoed = v
 	}
 	if name := str("echoEnv"); name != "" && name != unknown {
-		r.Echoed = os.Getenv(name)
+		prefix, _ := r.Echoed.(string)
+		r.Echoed = prefix + os.Getenv(name)
 	}
 	if v, ok := m["sleepSeconds"]; ok && v != nil {
 		switch n := v.(type) {
