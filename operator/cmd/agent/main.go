@@ -79,6 +79,9 @@ func main() {
 	opts.LogLevel = logLevel
 	opts.Source.GitAuth = agent.GitAuthFromEnv()
 	opts.SecretEnv = strings.Split(secretEnv, ",")
+	if names := os.Getenv(agent.SecretEnvNamesEnv); names != "" {
+		opts.SecretEnv = append(opts.SecretEnv, strings.Split(names, ",")...)
+	}
 	opts.Env = map[string]string{}
 	for _, kv := range envFromFlag {
 		k, v, _ := strings.Cut(kv, "=")

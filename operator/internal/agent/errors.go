@@ -8,8 +8,15 @@ import (
 const maxMessage = 4000
 
 // summarize turns an Automation API error, which carries the whole stdout and
-// stderr of the CLI, into the engine's own error lines.
+// stderr of the CLI, into the engine's own error lines, capped at maxMessage.
+// A message that may hold a secret goes through redactor.summarize instead,
+// which redacts before the cap: a secret cut by the cap would no longer match.
 func summarize(err error) string {
+	return truncateMessage(summaryLines(err))
+}
+
+// summaryLines is summarize without the cap.
+func summaryLines(err error) string {
 	if err == nil {
 		return ""
 	}
@@ -33,6 +40,11 @@ func summarize(err error) string {
 		msg, _, _ = strings.Cut(text, "\n")
 		msg = strings.TrimSpace(msg)
 	}
+	return msg
+}
+
+// truncateMessage caps msg at maxMessage bytes.
+func truncateMessage(msg string) string {
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage] + "…"
 	}

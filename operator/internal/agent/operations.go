@@ -211,7 +211,7 @@ func (s *Server) runWithRecovery(ctx context.Context, log logr.Logger, r *run, r
 		notice := fmt.Sprintf("removed a stale lock on stack %s left by a killed run (%s@%s pid %d)", req.GetStackName(), holders[0].User, holders[0].Host, holders[0].PID)
 		log.Info("Recovering stale stack lock", "holders", len(holders))
 		if err := stack.Cancel(ctx); err != nil {
-			res.Message += "; removing the stale lock failed: " + summarize(err)
+			res.Message += "; removing the stale lock failed: " + s.redact.summarize(err)
 			return res
 		}
 		cleared, err := clearPendingOperations(ctx, stack)
@@ -366,7 +366,7 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		return res
 	default:
 		res.State = agentv1.OperationState_OPERATION_STATE_FAILED
-		res.Message = summarize(err)
+		res.Message = s.redact.summarize(err)
 	}
 	if req.GetType() == agentv1.OperationType_OPERATION_TYPE_REFRESH {
 		outputs, _ = stack.Outputs(context.Background())
@@ -379,11 +379,13 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 			if merr != nil {
 				continue
 			}
-			res.Outputs[k] = &agentv1.Output{ValueJson: string(b), Secret: v.Secret}
+			// An output the engine does not know as secret may still hold a
+			// value the agent redacts (a provider returning an environment
+			// variable it read): it is reported as secret, not in clear.
+			secret := v.Secret || s.redact.redact(string(b)) != string(b)
+			res.Outputs[k] = &agentv1.Output{ValueJson: string(b), Secret: secret}
 			if v.Secret {
-				if str, ok := v.Value.(string); ok {
-					secretOutputs = append(secretOutputs, str)
-				}
+				secretOutputs = append(secretOutputs, secretLeaves(v.Value)...)
 			}
 		}
 		// The stack's current outputs replace those of its last run.

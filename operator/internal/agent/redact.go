@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"sort"
 	"strings"
 	"sync"
@@ -130,7 +131,95 @@ func (r *redactor) redact(s string) string {
 	for _, v := range r.secrets {
 		s = strings.ReplaceAll(s, v, "[secret]")
 	}
+	return r.redactCut(s)
+}
+
+// minCutPrefix is the shortest start of a secret redacted before an ellipsis.
+const minCutPrefix = 8
+
+// redactCut redacts the start of a secret that something before the agent cut
+// and marked with an ellipsis (the engine shortens long values in its output,
+// `echoed: "abc…`), which whole-value replacement cannot match. r.mu must be
+// held.
+func (r *redactor) redactCut(s string) string {
+	for _, mark := range []string{"…", "..."} {
+		if !strings.Contains(s, mark) {
+			continue
+		}
+		var b strings.Builder
+		rest := s
+		for {
+			i := strings.Index(rest, mark)
+			if i < 0 {
+				b.WriteString(rest)
+				break
+			}
+			before := rest[:i]
+			if n := r.cutPrefix(before); n > 0 {
+				before = before[:len(before)-n] + "[secret]"
+			}
+			b.WriteString(before)
+			b.WriteString(mark)
+			rest = rest[i+len(mark):]
+		}
+		s = b.String()
+	}
 	return s
+}
+
+// cutPrefix is the length of the longest start (at least minCutPrefix bytes)
+// of a secret that text ends with, or 0.
+func (r *redactor) cutPrefix(text string) int {
+	best := 0
+	for _, v := range r.secrets {
+		for k := min(len(v), len(text)); k >= minCutPrefix && k > best; k-- {
+			if strings.HasSuffix(text, v[:k]) {
+				best = k
+				break
+			}
+		}
+	}
+	return best
+}
+
+// summarize is summarize(err) redacted before it is capped, so that the cap
+// cannot cut a secret into a prefix that no longer matches.
+func (r *redactor) summarize(err error) string {
+	return truncateMessage(r.redact(summaryLines(err)))
+}
+
+// secretLeaves are the values to redact for a secret output of any JSON type:
+// a string itself; a number or boolean as printed in JSON; for an object or a
+// list, its JSON text and each leaf, since a provider may echo any of them.
+func secretLeaves(v any) []string {
+	switch t := v.(type) {
+	case nil:
+		return nil
+	case string:
+		return []string{t}
+	case map[string]any:
+		out := []string{jsonText(t)}
+		for _, e := range t {
+			out = append(out, secretLeaves(e)...)
+		}
+		return out
+	case []any:
+		out := []string{jsonText(t)}
+		for _, e := range t {
+			out = append(out, secretLeaves(e)...)
+		}
+		return out
+	default:
+		return []string{jsonText(t)}
+	}
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // Redaction scopes.

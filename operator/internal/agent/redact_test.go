@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -109,5 +111,59 @@ func TestRedactorLongestFirst(t *testing.T) {
 	r.replace(configScope("dev"), "abcdefgh")
 	if got := r.redact("abcdefgh and abcd"); got != "[secret] and [secret]" {
 		t.Fatalf("redact = %q", got)
+	}
+}
+
+// TestRedactorSummarizeRedactsBeforeTheCap: a secret that the message cap
+// would cut leaves no part of it visible.
+func TestRedactorSummarizeRedactsBeforeTheCap(t *testing.T) {
+	secret := strings.Repeat("s3cr3t-", 100) // 700 bytes
+	r := newRedactor()
+	r.add(secret)
+	for _, at := range []int{maxMessage - 600, maxMessage - 1, maxMessage - 12} {
+		// The summary drops "error: ": the secret starts at byte at.
+		err := errors.New("error: " + strings.Repeat("p", at) + secret + " tail")
+		got := r.summarize(err)
+		// Any 12 bytes of the secret hold "s3cr3t"; the marker itself may
+		// be cut when it starts right before the cap.
+		if strings.Contains(got, "s3cr3t") || (at+len("[secret]") <= maxMessage && !strings.Contains(got, "[secret]")) {
+			t.Errorf("secret at %d: summary %q…%q", at, got[:40], got[max(0, len(got)-60):])
+		}
+	}
+}
+
+func TestSecretLeaves(t *testing.T) {
+	tests := []struct {
+		value any
+		want  []string
+	}{
+		{"a-secret", []string{"a-secret"}},
+		{float64(123456789012345), []string{"123456789012345"}},
+		{true, []string{"true"}},
+		{map[string]any{"k": "leaf-value"}, []string{`{"k":"leaf-value"}`, "leaf-value"}},
+		{[]any{"one-value", float64(42)}, []string{`["one-value",42]`, "one-value", "42"}},
+		{nil, nil},
+	}
+	for _, tt := range tests {
+		if got := secretLeaves(tt.value); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("secretLeaves(%#v) = %q, want %q", tt.value, got, tt.want)
+		}
+	}
+}
+
+// TestRedactorCutSecret: the start of a secret that the engine shortened with
+// an ellipsis is redacted; text merely ending like a short start is kept.
+func TestRedactorCutSecret(t *testing.T) {
+	r := newRedactor()
+	r.add("QxWDiudLdqcdIuhR4C1oDJZMbVcibw1P")
+	for in, want := range map[string]string{
+		`    echoed: "QxWDiudLdqcdIuhR…`:                         `    echoed: "[secret]…`,
+		`key QxWDiudLdq... and QxWDiudLdqcdIuhR4C1oDJZMbVcibw1P`: `key [secret]... and [secret]`,
+		`short QxWD… stays`:                                      `short QxWD… stays`,
+		`no ellipsis QxWDiudLdqcd`:                               `no ellipsis QxWDiudLdqcd`,
+	} {
+		if got := r.redact(in); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -25,6 +25,13 @@ import (
 )
 
 // Options configure a workspace agent.
+// SecretEnvNamesEnv is the environment variable in which the workspace
+// runtime lists (comma-separated) the names of the variables it set from
+// Secrets (env secretKeyRef, envFrom Secrets): their values are redacted like
+// those of --secret-env. The runtimes set it as
+// pod.SecretEnvNamesVar (the agent does not import the pod builder).
+const SecretEnvNamesEnv = "STACKFLOW_SECRET_ENV"
+
 type Options struct {
 	// WorkDir is the agent's scratch directory; the program is fetched under it.
 	WorkDir string
@@ -121,7 +128,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(fetched.ProgramDir), auto.Pulumi(cmd), auto.EnvVars(env)}
 	ws, err := auto.NewLocalWorkspace(ctx, wsOpts...)
 	if err != nil {
-		return nil, installationFailed(fmt.Errorf("open Pulumi workspace in %s: %s", fetched.ProgramDir, red.redact(summarize(err))))
+		return nil, installationFailed(fmt.Errorf("open Pulumi workspace in %s: %s", fetched.ProgramDir, red.summarize(err)))
 	}
 	proj, err := ws.ProjectSettings(ctx)
 	if err != nil {
@@ -130,7 +137,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	log.Info("Installing program dependencies", "project", proj.Name, "runtime", proj.Runtime.Name())
 	out := &logWriter{log: log, redact: red}
 	if err := ws.Install(ctx, &auto.InstallOptions{Stdout: out, Stderr: out}); err != nil {
-		return nil, installationFailed(fmt.Errorf("install dependencies (pulumi install): %s", red.redact(summarize(err))))
+		return nil, installationFailed(fmt.Errorf("install dependencies (pulumi install): %s", red.summarize(err)))
 	}
 	hostname := opts.Hostname
 	if hostname == "" {
@@ -214,14 +221,14 @@ func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackReques
 		if auto.IsSelectStack404Error(err) {
 			return nil, status.Errorf(codes.NotFound, "stack %s does not exist and create is off", req.GetStackName())
 		}
-		return nil, status.Errorf(codes.Unavailable, "select stack %s: %s", req.GetStackName(), s.redact.redact(summarize(err)))
+		return nil, status.Errorf(codes.Unavailable, "select stack %s: %s", req.GetStackName(), s.redact.summarize(err))
 	}
 	if err := s.applyConfig(ctx, stack, cfg); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "set configuration of %s: %s", req.GetStackName(), s.redact.redact(summarize(err)))
+		return nil, status.Errorf(codes.InvalidArgument, "set configuration of %s: %s", req.GetStackName(), s.redact.summarize(err))
 	}
 	if envs := req.GetEnvironment(); len(envs) > 0 {
 		if err := stack.AddEnvironments(ctx, envs...); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "add environments %v to %s: %s", envs, req.GetStackName(), s.redact.redact(summarize(err)))
+			return nil, status.Errorf(codes.InvalidArgument, "add environments %v to %s: %s", envs, req.GetStackName(), s.redact.summarize(err))
 		}
 	}
 	s.mu.Lock()

@@ -30,8 +30,34 @@ func Redact(msg string, secrets []string) string {
 	}
 	values = slices.DeleteFunc(values, func(v string) bool { return len(v) < minSecretLength })
 	slices.SortFunc(values, func(a, b string) int { return len(b) - len(a) })
-	for _, v := range slices.Compact(values) {
+	values = slices.Compact(values)
+	for _, v := range values {
 		msg = strings.ReplaceAll(msg, v, "[secret]")
 	}
-	return msg
+	return redactCut(msg, values)
+}
+
+// minCutPrefix is the shortest start of a secret redacted before an ellipsis.
+const minCutPrefix = 8
+
+// redactCut redacts the start of a secret that a cap cut before this runs
+// (pod.lastLine caps a termination message's line and appends "…"), which
+// whole-value replacement cannot match.
+func redactCut(msg string, values []string) string {
+	parts := strings.Split(msg, "…")
+	for i := 0; i < len(parts)-1; i++ {
+		best := 0
+		for _, v := range values {
+			for k := min(len(v), len(parts[i])); k >= minCutPrefix && k > best; k-- {
+				if strings.HasSuffix(parts[i], v[:k]) {
+					best = k
+					break
+				}
+			}
+		}
+		if best > 0 {
+			parts[i] = parts[i][:len(parts[i])-best] + "[secret]"
+		}
+	}
+	return strings.Join(parts, "…")
 }

@@ -19,6 +19,8 @@ func TestRedact(t *testing.T) {
 		{"url without userinfo", "https://github.com/acme/app.git@v1", nil, "https://github.com/acme/app.git@v1"},
 		{"multi-line secret, one line quoted", "key line MIIEpAIBAAKCAQEA7 is bad", []string{"-----BEGIN KEY-----\nMIIEpAIBAAKCAQEA7\n-----END KEY-----\n"}, "key line [secret] is bad"},
 		{"secret with surrounding whitespace", "value s3cr3t-x", []string{"  s3cr3t-x\n"}, "value [secret]"},
+		{"secret cut by a cap before redaction", "agent exited: password QxWDiudLdqcd…", []string{"QxWDiudLdqcdIuhR4C1o"}, "agent exited: password [secret]…"},
+		{"short start before an ellipsis kept", "wait QxWD…", []string{"QxWDiudLdqcdIuhR4C1o"}, "wait QxWD…"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

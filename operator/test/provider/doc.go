@@ -10,7 +10,10 @@
 //
 // Knobs for tests: "failOn" ("create", "update", "delete" or "always") makes that
 // operation fail with a recognisable error; "sleepSeconds" makes create and update
-// take that long (honouring cancellation), for concurrency and crash tests.
+// take that long (honouring cancellation), for concurrency and crash tests;
+// "echo" (any JSON) or "echoEnv" (the name of an environment variable of the
+// provider, whose value follows a string "echo") is returned as the output "echoed" and repeated in failOn's error,
+// as a careless provider would, for redaction tests.
 //
 // It imports only the Pulumi SDK.
 package provider

@@ -87,6 +87,10 @@ type record struct {
 	Content      string
 	FailOn       string
 	SleepSeconds float64
+	// Echoed is the "echo" input (any JSON) or, when "echoEnv" names an
+	// environment variable, its value (after "echo", when that is a string);
+	// nil when neither is set.
+	Echoed any
 }
 
 func parseRecord(props *structpb.Struct) (record, []*pulumirpc.CheckFailure) {
@@ -107,6 +111,13 @@ func parseRecord(props *structpb.Struct) (record, []*pulumirpc.CheckFailure) {
 	r.Name = str("name")
 	r.Content = str("content")
 	r.FailOn = str("failOn")
+	if v, ok := m["echo"]; ok && v != nil && v != unknown {
+		r.Echoed = v
+	}
+	if name := str("echoEnv"); name != "" && name != unknown {
+		prefix, _ := r.Echoed.(string)
+		r.Echoed = prefix + os.Getenv(name)
+	}
 	if v, ok := m["sleepSeconds"]; ok && v != nil {
 		switch n := v.(type) {
 		case float64:
@@ -154,7 +165,7 @@ func (s *Server) Diff(_ context.Context, req *pulumirpc.DiffRequest) (*pulumirpc
 	}
 	var diffs, replaces []string
 	detailed := map[string]*pulumirpc.PropertyDiff{}
-	for _, key := range []string{"name", "content", "failOn", "sleepSeconds"} {
+	for _, key := range []string{"name", "content", "failOn", "sleepSeconds", "echo", "echoEnv"} {
 		if fmt.Sprint(olds[key]) == fmt.Sprint(news[key]) {
 			continue
 		}
@@ -275,7 +286,7 @@ func (s *Server) apply(ctx context.Context, r record, op string) error {
 		}
 	}
 	if r.FailOn == op || r.FailOn == "always" {
-		return fmt.Errorf("stackflowtest: record %q: failOn=%s: %s refused", r.Name, r.FailOn, op)
+		return fmt.Errorf("stackflowtest: record %q: failOn=%s: %s refused%s", r.Name, r.FailOn, op, echoSuffix(r))
 	}
 	path, err := s.path(r.Name)
 	if err != nil {
@@ -288,6 +299,16 @@ func (s *Server) apply(ctx context.Context, r record, op string) error {
 		return fmt.Errorf("%s record %q: %w", op, r.Name, err)
 	}
 	return nil
+}
+
+// echoSuffix repeats the echoed value in an error message, as a careless
+// provider would.
+func echoSuffix(r record) string {
+	if r.Echoed == nil {
+		return ""
+	}
+	b, _ := json.Marshal(r.Echoed)
+	return "; echoed " + string(b)
 }
 
 func (s *Server) path(id string) (string, error) {
@@ -305,6 +326,11 @@ func (s *Server) outputs(inputs *structpb.Struct, id string) *structpb.Struct {
 	for k, v := range inputs.GetFields() {
 		out.Fields[k] = v
 	}
+	if r, _ := parseRecord(inputs); r.Echoed != nil {
+		if v, err := structpb.NewValue(r.Echoed); err == nil {
+			out.Fields["echoed"] = v
+		}
+	}
 	if id != "" && s.dir != "" {
 		out.Fields["path"] = structpb.NewStringValue(filepath.Join(s.dir, id))
 	} else {
@@ -315,6 +341,7 @@ func (s *Server) outputs(inputs *structpb.Struct, id string) *structpb.Struct {
 
 var schema = func() string {
 	str := map[string]any{"type": "string"}
+	anyType := map[string]any{"$ref": "pulumi.json#/Any"}
 	s := map[string]any{
 		"name":    Name,
 		"version": Version,
@@ -332,6 +359,8 @@ var schema = func() string {
 					"content":      str,
 					"failOn":       str,
 					"sleepSeconds": map[string]any{"type": "number"},
+					"echo":         anyType,
+					"echoEnv":      str,
 				},
 				"requiredInputs": []string{"content"},
 				"properties": map[string]any{
@@ -340,6 +369,9 @@ var schema = func() string {
 					"failOn":       str,
 					"sleepSeconds": map[string]any{"type": "number"},
 					"path":         str,
+					"echo":         anyType,
+					"echoEnv":      str,
+					"echoed":       anyType,
 				},
 				"required": []string{"name", "content", "path"},
 			},

@@ -308,6 +308,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	if spec.PulumiLogVerbosity > 0 {
 		args = append(args, fmt.Sprintf("--pulumi-log-level=%d", spec.PulumiLogVerbosity))
 	}
+	var secretNames []string
 	for _, from := range spec.EnvFrom {
 		data, err := r.envFrom(ctx, ws.Namespace, from)
 		if err != nil {
@@ -317,6 +318,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 			extra[from.Prefix+k] = v
 			if from.SecretRef != nil {
 				secrets = append(secrets, v)
+				secretNames = append(secretNames, from.Prefix+k)
 			}
 		}
 	}
@@ -328,7 +330,14 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 		extra[e.Name] = v
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
 			secrets = append(secrets, v)
+			secretNames = append(secretNames, e.Name)
 		}
+	}
+	if len(secretNames) > 0 {
+		// The agent redacts the values of these variables in what it
+		// reports and logs.
+		sort.Strings(secretNames)
+		extra[pod.SecretEnvNamesVar] = strings.Join(secretNames, ",")
 	}
 	// own holds the variables this runtime sets, sorted: they (not the
 	// operator's own environment) decide whether a running agent is current.

@@ -355,6 +355,8 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 			fromSecret("PULUMI_CONFIG_PASSPHRASE", "passphrase", "value"),
 			{Name: "AWS_REGION", Value: "eu-west-1"},
 			{Name: "HOME", Value: "/home/pulumi"},
+			// The agent redacts the values of variables set from Secrets.
+			{Name: SecretEnvNamesVar, Value: "PULUMI_CONFIG_PASSPHRASE"},
 		},
 		envFrom: []corev1.EnvFromSource{
 			{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -186,6 +187,12 @@ func sourceArgs(spec *autov1alpha1.WorkspaceSpec) ([]string, error) {
 // Pulumi and home directories in the share volume, the git credentials, then
 // spec.env. A variable in spec.env replaces the operator's of the same name,
 // except the agent token.
+// SecretEnvNamesVar is the agent's environment variable listing
+// (comma-separated) the names of the variables a runtime set from Secrets, so
+// that the agent redacts their values too (agent.SecretEnvNamesEnv: the agent
+// would otherwise know only its fixed --secret-env list and git credentials).
+const SecretEnvNamesVar = "STACKFLOW_SECRET_ENV"
+
 func containerEnv(ws *autov1alpha1.Workspace, opts Options) ([]corev1.EnvVar, error) {
 	env := []corev1.EnvVar{
 		secretEnv(TokenEnvVar, &corev1.SecretKeySelector{
@@ -213,8 +220,18 @@ func containerEnv(ws *autov1alpha1.Workspace, opts Options) ([]corev1.EnvVar, er
 		// of a name (the API server warns, and tools disagree on which wins).
 		env = slices.DeleteFunc(env, func(o corev1.EnvVar) bool { return o.Name == e.Name })
 	}
+	var secretNames []string
 	for _, e := range ws.Spec.Env {
 		env = append(env, *e.DeepCopy())
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			secretNames = append(secretNames, e.Name)
+		}
+	}
+	if len(secretNames) > 0 {
+		// The agent redacts these variables' values in what it reports and
+		// logs. (The keys of envFrom Secrets are known only to the kubelet.)
+		slices.Sort(secretNames)
+		env = append(env, corev1.EnvVar{Name: SecretEnvNamesVar, Value: strings.Join(secretNames, ",")})
 	}
 	return env, nil
 }
