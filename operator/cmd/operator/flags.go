@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 )
 
@@ -51,6 +52,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&opts.WebhookAddr, "webhook-bind-address", "", "serve the GitHub push webhook at /webhooks/github on this address; needs --webhook-secret-file (the webhook is off without it)")
 	fs.StringVar(&c.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhook's secret; without it the webhook is off (a file that cannot be read is an error)")
 	fs.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
+	fs.DurationVar(&opts.SecretPollInterval, "secret-poll-interval", controller.DefaultSecretPoll, "how often an up-to-date Stack re-reads the Secrets it refers to: Secrets are read by name, never watched (least privilege), so a rotated Secret is deployed within this interval")
 	fs.StringVar(&c.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
 	fs.StringVar(&c.metrics.Addr, "metrics-bind-address", ":8080", "address serving Prometheus metrics at /metrics, on every replica (0 disables)")
 	fs.StringVar(&c.metrics.Auth, "metrics-auth", operator.MetricsAuthKube, `who may read /metrics: "kube" (HTTPS; a bearer token passing a TokenReview whose user may get the non-resource URL /metrics, e.g. bound to the ClusterRole stackflow-metrics-reader) or "none" (plain HTTP, anyone)`)
@@ -73,6 +75,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 // splits the lists, and reads the webhook secret. An optional feature left off
 // is logged in one line; a flag that names something missing is an error.
 func (c *config) resolve(log logr.Logger) error {
+	if c.opts.SecretPollInterval <= 0 {
+		return fmt.Errorf("--secret-poll-interval=%s: give a positive duration, e.g. 1m", c.opts.SecretPollInterval)
+	}
 	if c.leaderElect.Enabled {
 		if err := c.leaderElect.Validate(); err != nil { // before looking for a cluster
 			return fmt.Errorf("invalid leader election flags: %w", err)

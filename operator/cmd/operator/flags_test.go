@@ -6,12 +6,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/stackflow-io/stackflow/operator/internal/controller"
 )
 
 // resolveArgs parses and resolves args as main does, returning the config,
@@ -99,6 +102,19 @@ func TestWatchNamespaces(t *testing.T) {
 	}
 	if got := strings.Join(c.opts.WatchNamespaces, ","); got != "a,b" {
 		t.Errorf("watch namespaces %q, want a,b", got)
+	}
+}
+
+func TestSecretPollInterval(t *testing.T) {
+	c, _, err := resolveArgs(t)
+	if err != nil || c.opts.SecretPollInterval != controller.DefaultSecretPoll {
+		t.Fatalf("default: %s, %v; want %s", c.opts.SecretPollInterval, err, controller.DefaultSecretPoll)
+	}
+	if c, _, err = resolveArgs(t, "--secret-poll-interval=15s"); err != nil || c.opts.SecretPollInterval != 15*time.Second {
+		t.Fatalf("15s: %s, %v", c.opts.SecretPollInterval, err)
+	}
+	if _, _, err := resolveArgs(t, "--secret-poll-interval=0s"); err == nil || !strings.Contains(err.Error(), "--secret-poll-interval") {
+		t.Fatalf("0s: %v, want an error naming the flag", err)
 	}
 }
 
