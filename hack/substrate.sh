@@ -5,8 +5,11 @@
 #   ${STACKFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stackflow}/<tool>-<version>/
 #
 # A tool whose directory already holds a complete build (marked by .complete) is
-# reused. Usage: hack/substrate.sh [kube|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]
+# reused. Usage: hack/substrate.sh [kube|cluster|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]
 #   env   prints where the binaries are (KUBEBUILDER_ASSETS, STACKFLOW_PULUMI_ROOT, …).
+#   cluster builds the rest of a single-node cluster (kube-controller-manager,
+#         kube-scheduler, kubelet, kube-proxy) and installs the node packages; it is
+#         not part of `all` (its cold build is long; see README).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,18 +44,61 @@ done_or_build() {
   log "built $dir in $((SECONDS - start))s"
 }
 
-build_kube() {
-  local out=$1 minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+# kube_ldflags prints the -ldflags that stamp KUBE_VERSION into a Kubernetes binary
+# (the kubelet and the API server compare versions, so every component gets the same).
+kube_ldflags() {
+  local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
   local ld="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
+  echo "$ld"
+}
+
+build_kube() {
+  local out=$1 ld; ld=$(kube_ldflags)
   (cd "$here/tools/kube" && \
     log "go build kube-apiserver $KUBE_VERSION (about 20 min cold)" && \
     go build -trimpath -ldflags "$ld" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver && \
     log "go build etcd $ETCD_VERSION (about 3 min cold)" && \
     go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
+}
+
+# build_cluster builds the node and controller components of the single-node
+# cluster (operator/test/cluster) from the same tools module as kube-apiserver, each
+# timed, into its own directory so that the kube-… directory stays valid.
+build_cluster() {
+  local out=$1 ld bin start; ld=$(kube_ldflags)
+  for bin in kube-controller-manager kube-scheduler kubelet kube-proxy; do
+    start=$SECONDS
+    log "go build $bin $KUBE_VERSION"
+    (cd "$here/tools/kube" && go build -trimpath -ldflags "$ld" -o "$out/$bin" "k8s.io/kubernetes/cmd/$bin")
+    log "built $bin in $((SECONDS - start))s"
+  done
+}
+
+# node_packages installs, from the machine's Debian packages, what the kubelet's
+# node needs besides Kubernetes itself: the container runtime (containerd, runc),
+# the CNI plugins for a bridge network, and iptables for kube-proxy and the CNI
+# portmap plugin. It runs only what is missing, and needs root (CI runs as root).
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables)
+node_packages() {
+  local missing=() p start=$SECONDS
+  for p in "${NODE_PACKAGES[@]}"; do
+    dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    log "installed: ${NODE_PACKAGES[*]}"
+    return 0
+  fi
+  [ "$(id -u)" -eq 0 ] || { log "need root to apt-get install ${missing[*]}"; return 1; }
+  log "apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The package starts containerd as a service where there is an init system; the
+  # cluster runs its own containerd with its own socket, so the service is not needed.
+  log "installed ${missing[*]} in $((SECONDS - start))s"
 }
 
 build_pulumi() {
@@ -111,6 +157,7 @@ build_protoc_tools() {
 }
 
 kube_dir() { echo "$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"; }
+cluster_dir() { echo "$CACHE/cluster-$KUBE_VERSION"; }
 pulumi_dir() { echo "$CACHE/pulumi-$PULUMI_VERSION"; }
 pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
 controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
@@ -120,6 +167,13 @@ protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_G
 
 case "${1:-all}" in
   kube) done_or_build "$(kube_dir)" build_kube ;;
+  cluster)
+    # kube-apiserver and etcd first (usually cached), then the rest of the node.
+    node_packages
+    done_or_build "$(kube_dir)" build_kube
+    done_or_build "$(cluster_dir)" build_cluster
+    ;;
+  node-packages) node_packages ;;
   pulumi) done_or_build "$(pulumi_dir)" build_pulumi ;;
   pulumi-yaml) done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml ;;
   controller-gen) done_or_build "$(controller_gen_dir)" build_controller_gen ;;
@@ -143,7 +197,8 @@ case "${1:-all}" in
     echo "export STACKFLOW_PULUMI_LANGUAGE_YAML=$(pulumi_yaml_dir)"
     echo "export STACKFLOW_ROLLOUTS=$(rollouts_dir)"
     echo "export STACKFLOW_ARGOCD=$(argocd_dir)"
+    echo "export STACKFLOW_CLUSTER=$(cluster_dir)"
     ;;
   dir) echo "$("${2//-/_}_dir")" ;;
-  *) echo "usage: $0 [kube|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kube|cluster|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]" >&2; exit 2 ;;
 esac
