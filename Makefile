@@ -77,6 +77,12 @@ images: ## Build the OCI images (operator+agent, analysis, kargo; amd64+arm64) i
 	go run ./images/cmd/stackflow-images --out _build/images --platforms '$(PLATFORMS)' \
 	  $(if $(IMAGES),--images '$(IMAGES)') $(if $(VERSION),--version '$(VERSION)') $(if $(REGISTRY),--registry '$(REGISTRY)')
 
+.PHONY: cluster-images
+cluster-images: ## Build the test cluster's pause and test workspace images (linux/amd64) as OCI archives for ctr import into _build/cluster-images
+	$(SUBSTRATE) pulumi && $(SUBSTRATE) pulumi-yaml
+	eval "$$($(SUBSTRATE) env)" && go run ./images/cmd/stackflow-images --set cluster --platforms linux/amd64 \
+	  --out _build/cluster-images/layouts --archives _build/cluster-images $(if $(VERSION),--version '$(VERSION)')
+
 .PHONY: bench-analysis
 bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stacks, 1,000 req/s, p50/p99 latency and RSS
 	eval "$$($(SUBSTRATE) env)" && go test -run XXX -bench BenchmarkVerificationLoad -benchtime 1x ./analysis/test/load/

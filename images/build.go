@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -188,6 +189,13 @@ func (opts Options) validate(specs []Spec) error {
 		if names[s.Name] {
 			return fmt.Errorf("image %s given twice", s.Name)
 		}
+		if len(s.Platforms) > 0 {
+			for _, p := range opts.Platforms {
+				if !slices.Contains(s.Platforms, p.String()) {
+					return fmt.Errorf("image %s can only be built for %s, not %s", s.Name, strings.Join(s.Platforms, ", "), p.String())
+				}
+			}
+		}
 		names[s.Name] = true
 	}
 	return nil
@@ -272,7 +280,7 @@ func image(s Spec, opts Options, p v1.Platform, base v1.Layer, executables map[s
 			User:       User,
 			Entrypoint: s.Entrypoint,
 			Cmd:        s.Cmd,
-			Env:        append([]string{"PATH=/usr/local/bin:/usr/bin:/bin:/", "SSL_CERT_FILE=" + CABundlePath}, s.Env...),
+			Env:        mergeEnv([]string{"PATH=/usr/local/bin:/usr/bin:/bin:/", "SSL_CERT_FILE=" + CABundlePath}, s.Env),
 			WorkingDir: "/",
 			Labels:     opts.labels(s),
 		},
@@ -295,4 +303,16 @@ func image(s Spec, opts Options, p v1.Platform, base v1.Layer, executables map[s
 		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{Created: created, CreatedBy: "stackflow-images", Comment: "CA bundle, nonroot user"}},
 		mutate.Addendum{Layer: app, MediaType: types.OCILayer, History: v1.History{Created: created, CreatedBy: "stackflow-images", Comment: s.Name + " binaries and files"}},
 	)
+}
+
+// mergeEnv is base with extra added, a variable of extra replacing base's of
+// the same name (runtimes disagree on which of two definitions wins).
+func mergeEnv(base, extra []string) []string {
+	out := append([]string(nil), base...)
+	for _, e := range extra {
+		name, _, _ := strings.Cut(e, "=")
+		out = slices.DeleteFunc(out, func(o string) bool { return strings.HasPrefix(o, name+"=") })
+		out = append(out, e)
+	}
+	return out
 }

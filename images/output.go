@@ -1,11 +1,14 @@
 package images
 
 import (
+	"archive/tar"
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -133,4 +136,79 @@ func Sizes(b Built) ([]PlatformSize, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// containerdNameAnnotation names an image in an OCI archive for containerd's
+// importer (`ctr images import`), which takes it before ref.name.
+const containerdNameAnnotation = "io.containerd.image.name"
+
+// WriteArchive writes b as an OCI archive (a tar of an OCI image layout) at
+// path, its index named ref (e.g. "stackflow.local/stackflow-pause:v1") for
+// `ctr -n k8s.io images import` and tagged with ref's tag for other readers.
+func WriteArchive(path string, b Built, ref name.Tag) error {
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".layout-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	lp, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	anns := map[string]string{containerdNameAnnotation: ref.Name(), refNameAnnotation: ref.TagStr()}
+	if err := lp.AppendIndex(b.Index, layout.WithAnnotations(anns)); err != nil {
+		return fmt.Errorf("writing the layout of %s: %w", path, err)
+	}
+	tmp := path + ".tmp"
+	if err := tarDir(tmp, dir); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// tarDir writes the regular files and directories under dir into a tar at path,
+// sorted, with fixed metadata.
+func tarDir(path, dir string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		h := &tar.Header{Name: filepath.ToSlash(rel), Mode: 0o644, ModTime: time.Unix(0, 0)}
+		if d.IsDir() {
+			h.Typeflag, h.Name, h.Mode = tar.TypeDir, h.Name+"/", 0o755
+			return tw.WriteHeader(h)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		h.Typeflag, h.Size = tar.TypeReg, info.Size()
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		src, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		_, err = io.Copy(tw, src)
+		return err
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

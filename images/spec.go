@@ -27,6 +27,9 @@ type Spec struct {
 	Dirs []Dir
 	// ExposedPorts are documentation, as in a Dockerfile, e.g. "8080/tcp".
 	ExposedPorts []string
+	// Platforms, if set, are the only platforms the image can be built for
+	// (e.g. it holds host executables); Build fails for any other.
+	Platforms []string
 }
 
 // Binary is a Go main package and where its executable lands in the image.

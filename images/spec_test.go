@@ -129,3 +129,11 @@ func TestValidVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestMergeEnvReplacesByName(t *testing.T) {
+	got := mergeEnv([]string{"PATH=/bin", "A=1"}, []string{"PATH=/x:/bin", "B=2"})
+	want := []string{"A=1", "PATH=/x:/bin", "B=2"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("mergeEnv = %q, want %q", got, want)
+	}
+}

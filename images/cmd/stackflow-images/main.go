@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -20,13 +21,19 @@ import (
 func main() {
 	var (
 		out, registry, version, platforms, names string
+		set, archives                            string
+		testPaths                                = images.TestWorkspacePathsFromEnv()
 		opts                                     images.Options
 	)
 	flag.StringVar(&out, "out", "_build/images", "directory receiving one OCI image layout per image, <out>/<name>")
 	flag.StringVar(&registry, "registry", "", "push every image as <registry>/<name>:<version> (e.g. ghcr.io/stackflow-io) with the default keychain (~/.docker/config.json, credential helpers); empty: do not push")
 	flag.StringVar(&version, "version", "", "image version: the tag pushed, org.opencontainers.image.version and main.version of the binaries (default: git describe --always --dirty)")
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "comma-separated platforms of every index")
-	flag.StringVar(&names, "images", "", "comma-separated images to build (default: all)")
+	flag.StringVar(&names, "images", "", "comma-separated images to build (default: all of the set)")
+	flag.StringVar(&set, "set", "stackflow", "image set: stackflow (the published images) or cluster (the test cluster's pause and test workspace images; linux/amd64 only)")
+	flag.StringVar(&archives, "archives", "", "also write <dir>/<name>.tar, an OCI archive named "+images.LocalRegistry+"/<name>:<version> for `ctr -n k8s.io images import`")
+	flag.StringVar(&testPaths.PulumiRoot, "pulumi-root", testPaths.PulumiRoot, "cluster set: directory with bin/pulumi (default $STACKFLOW_PULUMI_ROOT)")
+	flag.StringVar(&testPaths.LanguageYAMLDir, "pulumi-language-yaml", testPaths.LanguageYAMLDir, "cluster set: directory with pulumi-language-yaml (default $STACKFLOW_PULUMI_LANGUAGE_YAML)")
 	flag.StringVar(&opts.ModuleRoot, "module-root", ".", "repository root: go build and git run here")
 	flag.StringVar(&opts.CABundle, "ca-bundle", images.DefaultCABundle, "host CA bundle copied into every image at "+images.CABundlePath+" (Debian's ca-certificates)")
 	flag.StringVar(&opts.SourceURL, "source-url", images.DefaultSourceURL, "org.opencontainers.image.source")
@@ -53,13 +60,27 @@ Flags:
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, opts, out, registry, version, platforms, names); err != nil {
+	var all []images.Spec
+	switch set {
+	case "stackflow":
+		all = images.Stackflow()
+	case "cluster":
+		var err error
+		if all, err = images.Cluster(testPaths); err != nil {
+			fmt.Fprintln(os.Stderr, "stackflow-images:", err)
+			os.Exit(1)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "stackflow-images: unknown --set %q (stackflow or cluster)\n", set)
+		os.Exit(2)
+	}
+	if err := run(ctx, opts, all, out, archives, registry, version, platforms, names); err != nil {
 		fmt.Fprintln(os.Stderr, "stackflow-images:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, opts images.Options, out, registry, version, platforms, names string) error {
+func run(ctx context.Context, opts images.Options, all []images.Spec, out, archives, registry, version, platforms, names string) error {
 	var err error
 	if opts.Platforms, err = images.ParsePlatforms(platforms); err != nil {
 		return err
@@ -70,7 +91,7 @@ func run(ctx context.Context, opts images.Options, out, registry, version, platf
 			selected = append(selected, n)
 		}
 	}
-	specs, err := images.Select(images.Stackflow(), selected)
+	specs, err := images.Select(all, selected)
 	if err != nil {
 		return err
 	}
@@ -103,6 +124,20 @@ func run(ctx context.Context, opts images.Options, out, registry, version, platf
 			s = append(s, fmt.Sprintf("%s %.1f MB (%.1f MB unpacked)", ps.Platform, float64(ps.Compressed)/1e6, float64(ps.Uncompressed)/1e6))
 		}
 		fmt.Printf("%s %s %s: %s\n", b.Spec.Name, digest, path, strings.Join(s, ", "))
+		if archives != "" {
+			ref, err := images.LocalRef(b)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(archives, 0o755); err != nil {
+				return err
+			}
+			tarball := filepath.Join(archives, b.Spec.Name+".tar")
+			if err := images.WriteArchive(tarball, b, ref); err != nil {
+				return err
+			}
+			fmt.Printf("%s archive %s (imports as %s)\n", b.Spec.Name, tarball, ref.Name())
+		}
 		if registry != "" {
 			ref, err := images.Push(ctx, registry, b)
 			if err != nil {
