@@ -83,6 +83,13 @@ cluster-images: ## Build the test cluster's pause and test workspace images (lin
 	eval "$$($(SUBSTRATE) env)" && go run ./images/cmd/stackflow-images --set cluster --platforms linux/amd64 \
 	  --out _build/cluster-images/layouts --archives _build/cluster-images $(if $(VERSION),--version '$(VERSION)')
 
+.PHONY: cluster
+# Built, then exec'd, like run, so that Ctrl-C reaches it and it tears down.
+cluster: ## Start a single-node cluster from real components (root; hack/substrate.sh cluster) and print its kubeconfig; Ctrl-C stops it
+	$(SUBSTRATE) cluster && $(SUBSTRATE) pulumi && $(SUBSTRATE) pulumi-yaml
+	go build -o bin/stackflow-cluster ./operator/cmd/stackflow-cluster
+	eval "$$($(SUBSTRATE) env)" && exec ./bin/stackflow-cluster $(CLUSTER_ARGS)
+
 .PHONY: bench-analysis
 bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stacks, 1,000 req/s, p50/p99 latency and RSS
 	eval "$$($(SUBSTRATE) env)" && go test -run XXX -bench BenchmarkVerificationLoad -benchtime 1x ./analysis/test/load/

@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/stackflow-io/stackflow/images"
+)
+
+// Images are the test cluster's images, built as OCI archives for import.
+type Images struct {
+	// Pause is the kubelet's sandbox image; Workspace the test workspace image
+	// (agent at /agent, pulumi, pulumi-language-yaml, the test provider).
+	Pause, Workspace string
+	// Archives are the OCI archives, for Options.Images.
+	Archives []string
+}
+
+// BuildImages builds images.Cluster for the host's platform into dir with
+// the repository at moduleRoot, version "cluster" (the references do not
+// change from commit to commit; the kubelet never pulls them).
+func BuildImages(ctx context.Context, moduleRoot, dir string, logf func(string, ...any)) (Images, error) {
+	if runtime.GOARCH != "amd64" {
+		return Images{}, fmt.Errorf("the test workspace image holds the substrate's amd64 binaries; this is %s", runtime.GOARCH)
+	}
+	specs, err := images.Cluster(images.TestWorkspacePathsFromEnv())
+	if err != nil {
+		return Images{}, err
+	}
+	src, err := images.GitSource(ctx, moduleRoot, images.SourceDateEpoch())
+	if err != nil {
+		return Images{}, err
+	}
+	src.Version = "cluster"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Images{}, err
+	}
+	built, err := images.Build(ctx, images.Options{
+		ModuleRoot: moduleRoot,
+		Platforms:  []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}},
+		Source:     src,
+		SourceURL:  images.DefaultSourceURL,
+		CABundle:   images.DefaultCABundle,
+		WorkDir:    filepath.Join(dir, "work"),
+		Logf:       logf,
+	}, specs)
+	if err != nil {
+		return Images{}, err
+	}
+	var out Images
+	for _, b := range built {
+		ref, err := images.LocalRef(b)
+		if err != nil {
+			return Images{}, err
+		}
+		archive := filepath.Join(dir, b.Spec.Name+".tar")
+		if err := images.WriteArchive(archive, b, ref); err != nil {
+			return Images{}, err
+		}
+		out.Archives = append(out.Archives, archive)
+		switch b.Spec.Name {
+		case images.PauseImage:
+			out.Pause = ref.Name()
+		case images.TestWorkspaceImage:
+			out.Workspace = ref.Name()
+		}
+	}
+	_ = os.RemoveAll(filepath.Join(dir, "work"))
+	return out, nil
+}

@@ -1,0 +1,453 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// cniBinDir is where Debian's containernetworking-plugins puts the plugins.
+const cniBinDir = "/usr/lib/cni"
+
+// kernelSettings are the sysctls the kubelet sets (protectKernelDefaults
+// false: vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1)
+// and the bridge plugin sets (net.ipv4.ip_forward=1 for its gateway); Stop
+// puts back what they were.
+var kernelSettings = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "net/ipv4/ip_forward"}
+
+func lookPath(name string) (string, error) { return exec.LookPath(name) }
+
+// startContainerd starts a mount namespace holder, then containerd inside that
+// namespace with its own root, state, socket and CNI configuration.
+func (c *Cluster) startContainerd(ctx context.Context) error {
+	c.sysctls = map[string]string{}
+	for _, k := range kernelSettings {
+		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
+			c.sysctls[k] = strings.TrimSpace(string(b))
+		}
+	}
+	c.netnsAtStart = listNetns()
+	if err := c.makeCgroupRoot(); err != nil {
+		return err
+	}
+	// Every mount containerd and the kubelet make (rootfs overlays, sandbox
+	// shm, network namespaces, projected volumes) is made in this namespace,
+	// and goes away with its last process.
+	holder, err := startProcess(c.logDir(), "mount-namespace", "unshare",
+		[]string{"--mount", "--propagation", "private", "sleep", "infinity"}, nil)
+	if err != nil {
+		return err
+	}
+	c.mountNS = holder
+	nsPath := fmt.Sprintf("/proc/%d/ns/mnt", holder.cmd.Process.Pid)
+	if err := wait(ctx, 10*time.Second, "mount namespace", holder, func() (bool, error) {
+		self, err1 := os.Readlink("/proc/self/ns/mnt")
+		other, err2 := os.Readlink(nsPath)
+		if err := errors.Join(err1, err2); err != nil {
+			return false, err
+		}
+		return self != other, nil
+	}); err != nil {
+		return err
+	}
+
+	if err := c.writeCNIConfig(); err != nil {
+		return err
+	}
+	c.sock = c.path("containerd", "containerd.sock")
+	cfg := c.path("containerd", "config.toml")
+	if err := os.WriteFile(cfg, []byte(c.containerdConfig()), 0o644); err != nil {
+		return err
+	}
+	p, err := c.inMountNS("containerd", "containerd", "--config", cfg)
+	if err != nil {
+		return err
+	}
+	return wait(ctx, time.Minute, "containerd", p, func() (bool, error) {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", c.sock, "version").CombinedOutput()
+		if err != nil {
+			return false, fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return true, nil
+	})
+}
+
+// inMountNS starts a component in the mount namespace of the holder.
+func (c *Cluster) inMountNS(name, bin string, args ...string) (*process, error) {
+	path, err := lookPath(bin)
+	if err != nil {
+		path = bin
+	}
+	ns := fmt.Sprintf("--mount=/proc/%d/ns/mnt", c.mountNS.cmd.Process.Pid)
+	return c.start(name, "nsenter", append([]string{ns, "--", path}, args...)...)
+}
+
+func (c *Cluster) containerdConfig() string {
+	d := c.path("containerd")
+	return fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+plugin_dir = ""
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = %[3]q
+
+[ttrpc]
+  address = %[4]q
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[5]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[6]q
+  # No CAP_SYS_RESOURCE here: containers may not get a lower OOM score
+  # adjustment than containerd's own.
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[7]q
+    conf_dir = %[8]q
+    max_conf_num = 1
+`, filepath.Join(d, "root"), filepath.Join(d, "state"), c.sock, c.sock+".ttrpc",
+		filepath.Join(d, "opt"), c.opts.PauseImage, cniBinDir, c.path("cni", "net.d"))
+}
+
+// writeCNIConfig writes the bridge network: each pod gets an address of
+// PodSubnet on the bridge, whose first address is the host's (the pods'
+// gateway, masqueraded to the outside).
+func (c *Cluster) writeCNIConfig() error {
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "stackflow",
+		"plugins": []map[string]any{
+			{
+				"type": "bridge", "bridge": c.bridge, "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"ipam": map[string]any{
+					"type":    "host-local",
+					"ranges":  [][]map[string]string{{{"subnet": c.opts.PodSubnet, "gateway": c.GatewayIP}}},
+					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+					"dataDir": c.path("cni", "ipam"),
+				},
+			},
+			{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.path("cni", "net.d"), 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.path("containerd"), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(c.path("cni", "net.d", "10-stackflow.conflist"), b, 0o644)
+}
+
+// importImages imports the OCI archives into containerd's k8s.io namespace,
+// where the CRI plugin finds them.
+func (c *Cluster) importImages(ctx context.Context) error {
+	for _, a := range c.opts.Images {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", c.sock, "-n", "k8s.io", "images", "import", a).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr images import %s: %w: %s", a, err, strings.TrimSpace(string(out)))
+		}
+		c.logf("Cluster: imported %s: %s", filepath.Base(a), strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ImportImage imports one more OCI archive into containerd.
+func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
+	c.opts.Images = []string{archive}
+	return c.importImages(ctx)
+}
+
+func (c *Cluster) kubeletConfig() string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 0.0.0.0
+port: %d
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: %q
+authorization:
+  mode: Webhook
+containerRuntimeEndpoint: unix://%s
+# This machine has cgroup v1 (a hybrid hierarchy) and no systemd.
+cgroupDriver: cgroupfs
+failCgroupV1: false
+cgroupRoot: %s
+cgroupsPerQOS: true
+enforceNodeAllocatable: ["pods"]
+failSwapOn: false
+podLogsDir: %q
+resolvConf: /etc/resolv.conf
+maxPods: 30
+rotateCertificates: false
+serverTLSBootstrap: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+# The OOM killer's kernel messages (/dev/kmsg) may not be readable here.
+kernelMemcgNotification: false
+`, c.ports["kubelet"], c.pki.CAFile(), c.sock, c.cgroupRoot, c.path("pod-logs"))
+}
+
+func (c *Cluster) startKubelet(ctx context.Context) error {
+	cfg := c.path("kubelet", "config.yaml")
+	if err := os.MkdirAll(c.path("kubelet"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(cfg, []byte(c.kubeletConfig()), 0o644); err != nil {
+		return err
+	}
+	p, err := c.inMountNS("kubelet", filepath.Join(c.opts.ClusterDir, "kubelet"),
+		"--config="+cfg, "--kubeconfig="+c.kubeconfig("kubelet"),
+		"--root-dir="+c.path("kubelet", "root"), "--cert-dir="+c.path("kubelet", "pki"),
+		"--hostname-override="+NodeName, "--node-ip="+c.HostIP,
+	)
+	if err != nil {
+		return err
+	}
+	return wait(ctx, 3*time.Minute, "node "+NodeName, p, func() (bool, error) { return c.nodeReady(ctx) })
+}
+
+// Stop tears the cluster down: it stops the controllers (so nothing
+// recreates pods), deletes every pod and waits a little for the kubelet to
+// stop them (removing their network), stops every process, kills what is
+// left in the pods' cgroups and the containerd shims, removes the cgroups
+// and the bridge, puts the kernel settings back and removes Dir.
+func (c *Cluster) Stop() error {
+	start := time.Now()
+	var errs []error
+	byName := map[string]*process{}
+	for _, p := range c.procs {
+		byName[p.name] = p
+	}
+	stop := func(name string, grace time.Duration) {
+		if p := byName[name]; p != nil {
+			if err := p.stop(grace); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	stop("kube-controller-manager", 5*time.Second)
+	stop("kube-scheduler", 5*time.Second)
+	if c.Client != nil && byName["kubelet"] != nil {
+		c.drain()
+	}
+	stop("kubelet", 10*time.Second)
+	stop("kube-apiserver", 10*time.Second)
+	stop("etcd", 10*time.Second)
+	c.killPods()
+	stop("containerd", 10*time.Second)
+	if err := c.mountNS.stop(time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, c.removeCgroupRoot())
+	if c.bridge != "" {
+		if out, err := exec.Command("ip", "link", "del", c.bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
+			errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", c.bridge, err, out))
+		}
+	}
+	for n := range listNetns() {
+		if c.netnsAtStart != nil && !c.netnsAtStart[n] && strings.HasPrefix(n, "cni-") {
+			_ = os.Remove(filepath.Join("/run/netns", n))
+		}
+	}
+	for k, v := range c.sysctls {
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restoring %s=%s: %w", k, v, err))
+		}
+	}
+	if c.opts.Dir == "" && c.Dir != "" {
+		if os.Getenv("STACKFLOW_CLUSTER_KEEP") != "" {
+			c.logf("Cluster: kept %s (STACKFLOW_CLUSTER_KEEP)", c.Dir)
+		} else if err := os.RemoveAll(c.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.logf("Cluster: stopped in %s", time.Since(start).Round(time.Millisecond))
+	return errors.Join(errs...)
+}
+
+// drain deletes every pod at once and waits up to 30s for the kubelet to have
+// stopped them, so that the CNI plugin removes their addresses and rules.
+func (c *Cluster) drain() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	zero := int64(0)
+	for _, ns := range nss.Items {
+		_ = c.Client.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	}
+	for ctx.Err() == nil {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", c.sock, "-n", "k8s.io", "tasks", "ls", "-q").Output()
+		if err == nil && strings.TrimSpace(string(out)) == "" {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	c.logf("Cluster: pods still running after 30s; killing them")
+}
+
+// killPods kills every process in the pods' cgroups and every containerd shim
+// of this cluster's socket.
+func (c *Cluster) killPods() {
+	for _, h := range cgroupHierarchies() {
+		root := filepath.Join(h, c.cgroupRoot)
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return nil
+		})
+	}
+	if c.sock == "" {
+		return
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if strings.HasSuffix(args[0], "containerd-shim-runc-v2") && strings.Contains(string(b), c.sock) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// cgroupHierarchies are the mounted cgroup hierarchies: each v1 controller's
+// and the unified one.
+func cgroupHierarchies() []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		for i, x := range f {
+			if x == "-" && i+1 < len(f) && (f[i+1] == "cgroup" || f[i+1] == "cgroup2") {
+				out = append(out, f[4])
+			}
+		}
+	}
+	return out
+}
+
+// makeCgroupRoot creates the kubelet's cgroupRoot in every hierarchy (the
+// kubelet requires it to exist); a cpuset cgroup needs its parent's CPUs and
+// memory nodes before it can hold tasks.
+func (c *Cluster) makeCgroupRoot() error {
+	for _, h := range cgroupHierarchies() {
+		dir := filepath.Join(h, c.cgroupRoot)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if b, err := os.ReadFile(filepath.Join(h, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+					return fmt.Errorf("cgroup %s: %w", filepath.Join(dir, f), err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// removeCgroupRoot removes the cgroups under cgroupRoot, deepest first,
+// retrying while killed processes exit.
+func (c *Cluster) removeCgroupRoot() error {
+	if c.cgroupRoot == "" {
+		return nil
+	}
+	var last error
+	for range 50 {
+		last = nil
+		for _, h := range cgroupHierarchies() {
+			root := filepath.Join(h, c.cgroupRoot)
+			var dirs []string
+			_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, p)
+				}
+				return nil
+			})
+			for i := len(dirs) - 1; i >= 0; i-- {
+				if err := syscall.Rmdir(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+					last = fmt.Errorf("rmdir %s: %w", dirs[i], err)
+				}
+			}
+		}
+		if last == nil {
+			return nil
+		}
+		c.killPods()
+		time.Sleep(100 * time.Millisecond)
+	}
+	return last
+}
+
+func listNetns() map[string]bool {
+	out := map[string]bool{}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		out[e.Name()] = true
+	}
+	return out
+}
