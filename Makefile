@@ -90,6 +90,13 @@ cluster: ## Start a single-node cluster from real components (root; hack/substra
 	go build -o bin/stackflow-cluster ./operator/cmd/stackflow-cluster
 	eval "$$($(SUBSTRATE) env)" && exec ./bin/stackflow-cluster $(CLUSTER_ARGS)
 
+.PHONY: test-cluster
+# Not part of test: it needs root and the cluster substrate (see README).
+test-cluster: ## Run the end-to-end tests on a real single-node cluster (root; builds the cluster substrate first)
+	$(SUBSTRATE) kube && $(SUBSTRATE) cluster && $(SUBSTRATE) pulumi && $(SUBSTRATE) pulumi-yaml
+	go vet -tags cluster ./operator/test/clustere2e/
+	eval "$$($(SUBSTRATE) env)" && go test -tags cluster -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./operator/test/clustere2e/
+
 .PHONY: bench-analysis
 bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stacks, 1,000 req/s, p50/p99 latency and RSS
 	eval "$$($(SUBSTRATE) env)" && go test -run XXX -bench BenchmarkVerificationLoad -benchtime 1x ./analysis/test/load/

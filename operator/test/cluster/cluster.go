@@ -343,6 +343,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--tls-cert-file="+c.certs.apiserver, "--tls-private-key-file="+c.certs.apiserverKey,
 		"--client-ca-file="+c.pki.CAFile(),
 		"--kubelet-client-certificate="+c.certs.kubeletClient, "--kubelet-client-key="+c.certs.kubeletClientKey,
+		// The node name does not resolve; its InternalIP is the host's.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-key-file="+c.certs.saPub, "--service-account-signing-key-file="+c.certs.saKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range="+c.opts.ServiceSubnet,
