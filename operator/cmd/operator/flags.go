@@ -36,6 +36,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&opts.Runtime, "workspace-runtime", operator.RuntimePod, `how workspaces run: "pod" (StatefulSets; for clusters) or "local" (agent child processes; for development)`)
 	fs.StringVar(&opts.Pod.AgentImage, "agent-image", "ghcr.io/stackflow-io/stackflow-operator:latest", "image holding the agent at /agent (pod runtime)")
 	fs.StringVar(&opts.Pod.DefaultPulumiImage, "pulumi-image", "pulumi/pulumi:3.274.1-nonroot", "workspace image when spec.image is empty (pod runtime)")
+	fs.BoolVar(&opts.Pod.AddressByPodIP, "workspace-address-pod-ip", false, "reach workspace agents at their pod IPs instead of their headless Services' DNS names, for an operator outside the cluster DNS (pod runtime)")
 	fs.StringVar(&opts.LocalRoot, "local-root", "", "directory holding the local runtime's workspaces")
 	fs.StringVar(&opts.AgentBinary, "agent-binary", "", "agent executable for the local runtime")
 	fs.StringVar(&opts.PulumiRoot, "pulumi-root", "", "directory holding bin/pulumi for local agents (default: pulumi from PATH)")

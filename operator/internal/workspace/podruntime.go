@@ -3,6 +3,8 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -101,7 +103,36 @@ func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ s
 	if !ready {
 		return r.podHealth(ctx, ws, &cur.Spec.Template.Spec, want)
 	}
+	if opts.AddressByPodIP {
+		return r.podIPStatus(ctx, ws, want)
+	}
 	return Status{Ready: true, Address: pod.Address(ws, opts.Port), Message: "workspace pod ready"}, nil
+}
+
+// podIPStatus is the ready Status addressing the agent at its pod's IP
+// (Options.AddressByPodIP), once the pod of the current template is ready.
+func (r *PodRuntime) podIPStatus(ctx context.Context, ws *autov1alpha1.Workspace, wantHash string) (Status, error) {
+	var p corev1.Pod
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ws.Namespace, Name: pod.PodName(ws.Name)}, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Status{Message: "waiting for the workspace pod"}, nil
+		}
+		return Status{}, fmt.Errorf("get workspace pod: %w", err)
+	}
+	ready := p.DeletionTimestamp == nil && p.Status.PodIP != "" && p.Annotations[pod.AnnotationPodSpecHash] == wantHash
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue {
+			ready = false
+		}
+	}
+	if !ready {
+		return Status{Message: "waiting for the workspace pod's address"}, nil
+	}
+	port := r.Options.Port
+	if port == 0 {
+		port = pod.DefaultPort
+	}
+	return Status{Ready: true, Address: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), Message: "workspace pod ready"}, nil
 }
 
 // podHealth reports the state of a workspace whose StatefulSet is not ready

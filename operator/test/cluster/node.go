@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +62,9 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		return err
 	}
 
+	if err := c.makeBridge(); err != nil {
+		return err
+	}
 	if err := c.writeCNIConfig(); err != nil {
 		return err
 	}
@@ -137,6 +141,27 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     max_conf_num = 1
 `, filepath.Join(d, "root"), filepath.Join(d, "state"), c.sock, c.sock+".ttrpc",
 		filepath.Join(d, "opt"), c.opts.PauseImage, cniBinDir, c.path("cni", "net.d"))
+}
+
+// makeBridge creates the pods' bridge with the host's address on it now,
+// rather than leaving it to the bridge plugin at the first pod, so that test
+// servers can listen on GatewayIP from the start.
+func (c *Cluster) makeBridge() error {
+	_, subnet, err := net.ParseCIDR(c.opts.PodSubnet)
+	if err != nil {
+		return err
+	}
+	ones, _ := subnet.Mask.Size()
+	for _, args := range [][]string{
+		{"link", "add", c.bridge, "type", "bridge"},
+		{"addr", "add", c.GatewayIP + "/" + strconv.Itoa(ones), "dev", c.bridge},
+		{"link", "set", c.bridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
 }
 
 // writeCNIConfig writes the bridge network: each pod gets an address of

@@ -98,7 +98,8 @@ func run(t testing.TB, dir string, args ...string) string {
 // a Stack at it while nothing listens yet (a network outage) and start it
 // later.
 type HTTPServer struct {
-	// Addr is the loopback address it serves (or will serve) on.
+	// Addr is the address it serves (or will serve) on, loopback unless
+	// NewHTTPServerAt said otherwise.
 	Addr string
 	root string
 	srv  *http.Server
@@ -108,7 +109,14 @@ type HTTPServer struct {
 // (each served at http://Addr/<name>, for root/<name>).
 func NewHTTPServer(t testing.TB, root string) *HTTPServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return NewHTTPServerAt(t, root, "127.0.0.1")
+}
+
+// NewHTTPServerAt is NewHTTPServer on a port of the address ip (e.g. the
+// host's address on a test cluster's pod network, which pods reach).
+func NewHTTPServerAt(t testing.TB, root, ip string) *HTTPServer {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,6 +90,11 @@ type Options struct {
 	TokenSecretName string
 	// ExtraArgs are appended to the agent's arguments.
 	ExtraArgs []string
+	// AddressByPodIP makes the runtime reach the agent at its pod's IP rather
+	// than at Address (the headless Service's DNS name), for an operator that
+	// does not use the cluster's DNS: one running on a node's host, as the
+	// single-node test cluster's tests do (there is no cluster DNS there).
+	AddressByPodIP bool
 }
 
 // port returns the agent port, defaulted.
