@@ -265,6 +265,16 @@ func image(s Spec, opts Options, p v1.Platform, base v1.Layer, executables map[s
 	for _, d := range s.Dirs {
 		entries = append(entries, entry{path: d.Path, dir: true, mode: d.Mode, uid: d.UID, gid: d.GID})
 	}
+	if len(s.Users) > 0 {
+		pw, gr := passwd, group
+		for _, u := range s.Users {
+			pw += fmt.Sprintf("%s:x:%d:%d:%s:%s:/sbin/nologin\n", u.Name, u.UID, u.GID, u.Name, u.Home)
+			gr += fmt.Sprintf("%s:x:%d:\n", u.Name, u.GID)
+		}
+		entries = append(entries,
+			entry{path: "/etc/passwd", mode: 0o644, content: []byte(pw)},
+			entry{path: "/etc/group", mode: 0o644, content: []byte(gr)})
+	}
 	app, err := layer(entries, opts.Source.Created)
 	if err != nil {
 		return nil, err

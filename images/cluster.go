@@ -88,6 +88,10 @@ func Cluster(p TestWorkspacePaths) ([]Spec, error) {
 			Env:        []string{"PATH=" + pulumiBinDir + ":/usr/local/bin:/usr/bin:/bin:/", "PULUMI_SKIP_UPDATE_CHECK=true"},
 			Files:      files,
 			Dirs:       []Dir{{Path: "/tmp", Mode: 0o1777}},
+			// The pod runtime's restricted profile runs workspaces as
+			// 1000:1000 (the user of Pulumi's own nonroot images), and pulumi
+			// looks its user up when it creates a stack.
+			Users: []Account{{Name: "pulumi", UID: 1000, GID: 1000, Home: "/share/home"}},
 			// Host files: only the host's platform.
 			Platforms: []string{"linux/amd64"},
 		},

@@ -27,6 +27,9 @@ type Spec struct {
 	Dirs []Dir
 	// ExposedPorts are documentation, as in a Dockerfile, e.g. "8080/tcp".
 	ExposedPorts []string
+	// Users are added to the base layer's root and nonroot: the image's own
+	// layer then carries /etc/passwd and /etc/group with all of them.
+	Users []Account
 	// Platforms, if set, are the only platforms the image can be built for
 	// (e.g. it holds host executables); Build fails for any other.
 	Platforms []string
@@ -49,6 +52,14 @@ type File struct {
 	Source  string
 	// Mode is the Unix permission bits; 0 means 0o644.
 	Mode int64
+}
+
+// Account is a user in /etc/passwd and a group of the same name and ID in
+// /etc/group.
+type Account struct {
+	Name     string
+	UID, GID int
+	Home     string
 }
 
 // Dir is a directory in an image.

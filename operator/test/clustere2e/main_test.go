@@ -5,19 +5,28 @@ package clustere2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/test/cluster"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
 // The cluster and its images, shared by the tests of this package.
 var (
 	testCluster *cluster.Cluster
 	testImages  cluster.Images
+	testClient  client.Client
 )
 
 func repoRoot() string {
@@ -55,6 +64,28 @@ func run(m *testing.M) int {
 		logf("Starting the cluster: %v", err)
 		return 1
 	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
+	start = time.Now()
+	if _, err := envtest.InstallCRDs(testCluster.Config, envtest.CRDInstallOptions{Paths: []string{substrate.CRDDir()}, ErrorIfPathMissing: true}); err != nil {
+		logf("Installing the CRDs: %v", err)
+		testCluster.Stop()
+		return 1
+	}
+	logf("CRDs installed in %s", time.Since(start).Round(time.Millisecond))
+	if testClient, err = client.New(testCluster.Config, client.Options{Scheme: operator.Scheme()}); err != nil {
+		logf("%v", err)
+		testCluster.Stop()
+		return 1
+	}
+	// The in-process operators log to a file beside the cluster's logs.
+	opLog, err := os.Create(filepath.Join(testCluster.Dir, "logs", "operator.log"))
+	if err != nil {
+		logf("%v", err)
+		testCluster.Stop()
+		return 1
+	}
+	defer opLog.Close()
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(opLog)))
 	code := m.Run()
 	if err := testCluster.Stop(); err != nil {
 		logf("Stopping the cluster: %v", err)

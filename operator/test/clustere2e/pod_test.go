@@ -27,9 +27,29 @@ func restrictedNamespace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			logPods(t, ns.Name)
+		}
 		_ = testCluster.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
 	return ns.Name
+}
+
+// logPods logs the last lines of every container of the namespace's pods
+// (read through the kubelet), for a failed test.
+func logPods(t *testing.T, ns string) {
+	ctx := context.Background()
+	pods, err := testCluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("Listing pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+			b, err := testCluster.Client.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: ptr.To[int64](60)}).DoRaw(ctx)
+			t.Logf("Logs of %s/%s (%v):\n%s", p.Name, c.Name, err, b)
+		}
+	}
 }
 
 // restrictedSecurityContext passes the restricted Pod Security level.
