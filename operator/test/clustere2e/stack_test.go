@@ -191,6 +191,35 @@ func history(t *testing.T, backend, stack string) []string {
 	return heads
 }
 
+// workspaceStack is a Stack of recordProgram from src whose workspace runs
+// the test workspace image, with its file backend and the test provider's
+// records on the namespace's "state" claim (stateVolume).
+func workspaceStack(ns, name string, src *pulumiv1.GitSource) *pulumiv1.Stack {
+	return &pulumiv1.Stack{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: pulumiv1.StackSpec{
+			Stack:     name,
+			GitSource: src,
+			Backend:   "file:///state",
+			EnvRefs: map[string]pulumiv1.ResourceRef{
+				"PULUMI_CONFIG_PASSPHRASE":                    literal(substrate.TestPassphrase),
+				"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": literal("true"),
+				"STACKFLOW_TEST_PROVIDER_DIR":                 literal("/state/records"),
+			},
+			Config: map[string]apiextensionsv1.JSON{"recordName": jsonString(name), "content": jsonString("one")},
+			WorkspaceTemplate: &pulumiv1.WorkspaceTemplate{Spec: &autov1alpha1.WorkspaceSpec{
+				Image: testImages.Workspace, ImagePullPolicy: corev1.PullNever,
+				PodTemplate: &autov1alpha1.EmbeddedPodTemplateSpec{Spec: &corev1.PodSpec{
+					Volumes: []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "state"}}}},
+					InitContainers: []corev1.Container{installTestProvider()},
+					Containers:     []corev1.Container{{Name: pod.ContainerName, VolumeMounts: []corev1.VolumeMount{{Name: "state", MountPath: "/state"}}}},
+				}},
+			}},
+		},
+	}
+}
+
 // TestStackDeploysThroughWorkspacePod is issue 15's first end-to-end test: a
 // Stack tracking a branch of a git server on the host deploys through a real
 // workspace pod running under the restricted level (the test workspace image
@@ -209,29 +238,7 @@ func TestStackDeploysThroughWorkspacePod(t *testing.T) {
 	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 
 	start := time.Now()
-	s := &pulumiv1.Stack{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dev"},
-		Spec: pulumiv1.StackSpec{
-			Stack:     "dev",
-			GitSource: &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"},
-			Backend:   "file:///state",
-			EnvRefs: map[string]pulumiv1.ResourceRef{
-				"PULUMI_CONFIG_PASSPHRASE":                    literal(substrate.TestPassphrase),
-				"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": literal("true"),
-				"STACKFLOW_TEST_PROVIDER_DIR":                 literal("/state/records"),
-			},
-			Config: map[string]apiextensionsv1.JSON{"recordName": jsonString("dev"), "content": jsonString("one")},
-			WorkspaceTemplate: &pulumiv1.WorkspaceTemplate{Spec: &autov1alpha1.WorkspaceSpec{
-				Image: testImages.Workspace, ImagePullPolicy: corev1.PullNever,
-				PodTemplate: &autov1alpha1.EmbeddedPodTemplateSpec{Spec: &corev1.PodSpec{
-					Volumes: []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "state"}}}},
-					InitContainers: []corev1.Container{installTestProvider()},
-					Containers:     []corev1.Container{{Name: pod.ContainerName, VolumeMounts: []corev1.VolumeMount{{Name: "state", MountPath: "/state"}}}},
-				}},
-			}},
-		},
-	}
+	s := workspaceStack(ns, "dev", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})
 	if err := testClient.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
