@@ -276,6 +276,7 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		close(quit)
 	}()
 
+	oomBefore, oomOK := oomKills()
 	res := &agentv1.Operation{}
 	var err error
 	var changes map[string]int
@@ -366,7 +367,7 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		return res
 	default:
 		res.State = agentv1.OperationState_OPERATION_STATE_FAILED
-		res.Message = s.redact.summarize(err)
+		res.Message = oomMessage(oomBefore, oomOK, s.redact.summarize(err))
 	}
 	if req.GetType() == agentv1.OperationType_OPERATION_TYPE_REFRESH {
 		outputs, _ = stack.Outputs(context.Background())
