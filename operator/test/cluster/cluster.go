@@ -80,6 +80,7 @@ type Cluster struct {
 	netnsAtStart map[string]bool
 	ports        map[string]int
 	certs        certs
+	lock         *os.File // lockFile, released by Stop
 }
 
 // Start starts a cluster and waits until its node is Ready. On error, what
@@ -110,15 +111,20 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	lock, err := lockMachine()
+	if err != nil {
+		return nil, err
+	}
 	id := randomID()
 	dir := opts.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("/tmp", "sfc-"); err != nil {
+			lock.Close()
 			return nil, err
 		}
 	}
 	c := &Cluster{
-		Dir: dir, opts: opts, logf: logf, PodSubnet: opts.PodSubnet,
+		Dir: dir, opts: opts, logf: logf, PodSubnet: opts.PodSubnet, lock: lock,
 		bridge: "sf" + id, cgroupRoot: "/stackflow-" + id,
 	}
 	defer func() {

@@ -314,6 +314,9 @@ func (c *Cluster) Stop() error {
 			errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", c.bridge, err, out))
 		}
 	}
+	if err := removeCNIRules(); err != nil {
+		errs = append(errs, err)
+	}
 	for n := range listNetns() {
 		if c.netnsAtStart != nil && !c.netnsAtStart[n] && strings.HasPrefix(n, "cni-") {
 			_ = os.Remove(filepath.Join("/run/netns", n))
@@ -330,6 +333,10 @@ func (c *Cluster) Stop() error {
 		} else if err := os.RemoveAll(c.Dir); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.lock != nil {
+		c.lock.Close() // releases the flock
+		c.lock = nil
 	}
 	c.logf("Cluster: stopped in %s", time.Since(start).Round(time.Millisecond))
 	return errors.Join(errs...)
@@ -475,4 +482,65 @@ func listNetns() map[string]bool {
 		out[e.Name()] = true
 	}
 	return out
+}
+
+// removeCNIRules deletes the NAT rules and chains the bridge plugin's ipMasq
+// left for pods whose network was never torn down (killed rather than
+// stopped): those whose comment names the "stackflow" network. Only one
+// cluster runs on a machine at a time (Start takes a lock), so they are this
+// one's.
+func removeCNIRules() error {
+	out, err := exec.Command("iptables", "-t", "nat", "-L", "POSTROUTING", "-n", "--line-numbers").Output()
+	if err != nil {
+		return fmt.Errorf("iptables -t nat -L POSTROUTING: %w", err)
+	}
+	var nums []string
+	chains := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.Contains(line, `name: "stackflow"`) {
+			continue
+		}
+		nums = append(nums, f[0])
+		if strings.HasPrefix(f[1], "CNI-") {
+			chains[f[1]] = true
+		}
+	}
+	var errs []error
+	for i := len(nums) - 1; i >= 0; i-- { // from the bottom, so numbers stay valid
+		if out, err := exec.Command("iptables", "-t", "nat", "-D", "POSTROUTING", nums[i]).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("iptables -t nat -D POSTROUTING %s: %w: %s", nums[i], err, out))
+		}
+	}
+	for ch := range chains {
+		_ = exec.Command("iptables", "-t", "nat", "-F", ch).Run()
+		if out, err := exec.Command("iptables", "-t", "nat", "-X", ch).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("iptables -t nat -X %s: %w: %s", ch, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lockFile keeps a second cluster from starting on the machine while one
+// runs: they would share the pod subnet, the CNI network's name and the
+// kernel settings Stop restores (the second would record the first's).
+const lockFile = "/run/lock/stackflow-cluster.lock"
+
+// lockMachine takes lockFile, failing at once when another process holds it.
+func lockMachine() (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(lockFile), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(lockFile)
+		f.Close()
+		return nil, fmt.Errorf("another Stackflow test cluster runs on this machine (pid %s holds %s)", strings.TrimSpace(string(holder)), lockFile)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
 }

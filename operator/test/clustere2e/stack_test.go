@@ -61,6 +61,10 @@ func stateVolume(t *testing.T, ns string) string {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Runs before the TempDir's removal: containerd recreates a missing
+	// host path when it restarts a container, so the workspace pods must be
+	// gone first (their StatefulSets too, or they come back).
+	t.Cleanup(func() { removeWorkloads(t, ns) })
 	// The restricted security profile runs the workspace as 1000:1000
 	// (operator/internal/workspace/pod/template.go), whatever the image's user.
 	if err := os.Chown(dir, 1000, 1000); err != nil {
@@ -96,6 +100,22 @@ func stateVolume(t *testing.T, ns string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// removeWorkloads deletes the namespace's StatefulSets and pods (grace
+// period 0) and waits up to a minute for the pods to be gone.
+func removeWorkloads(t *testing.T, ns string) {
+	ctx := context.Background()
+	zero := int64(0)
+	_ = testCluster.Client.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	_ = testCluster.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		pods, err := testCluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err == nil && len(pods.Items) == 0 {
+			return
+		}
+	}
+	t.Logf("Pods of %s still present a minute after their deletion", ns)
 }
 
 func literal(v string) pulumiv1.ResourceRef {
