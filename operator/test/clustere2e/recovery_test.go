@@ -23,7 +23,7 @@ import (
 )
 
 // TestWorkspacePodKilledMidUpdate is issue 15's second end-to-end test: the
-// workspace pod is deleted (grace period 0) while an update holds the
+// workspace pod is deleted (grace period 1 s) while an update holds the
 // stack's lock (the test provider waits while a hold file exists); the
 // StatefulSet recreates the pod, the stale lock is recovered, the update is
 // retried and succeeds, and the backend's history has the commit once.
@@ -59,7 +59,13 @@ func TestWorkspacePodKilledMidUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := pods.Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+	// Not 0: a force deletion removes the pod object before its containers
+	// are dead, and the StatefulSet's replacement then runs beside the old
+	// pod, both updating the stack (Kubernetes documents that force deletion
+	// breaks a StatefulSet's at-most-one guarantee; a run here saw the commit
+	// applied twice). With a grace period the kubelet kills the pod (SIGTERM,
+	// SIGKILL a second later) before the StatefulSet replaces it.
+	if err := pods.Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}); err != nil {
 		t.Fatal(err)
 	}
 	substrate.Eventually(t, 2*time.Minute, "the StatefulSet to recreate the pod", func() (bool, error) {
