@@ -512,6 +512,30 @@ func removeCNIRules() error {
 			errs = append(errs, fmt.Errorf("iptables -t nat -D POSTROUTING %s: %w: %s", nums[i], err, out))
 		}
 	}
+	// Chains of ours whose rule went already (the plugin's DEL was cut
+	// short): CNI- chains that nothing references and that hold nothing but
+	// rules of the stackflow network.
+	if out, err := exec.Command("iptables", "-t", "nat", "-L", "-n").Output(); err == nil {
+		var cur string
+		only := map[string]bool{}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 3 && f[0] == "Chain" && strings.HasPrefix(f[1], "CNI-") && f[2] == "(0":
+				cur = f[1]
+				only[cur] = true
+			case len(f) >= 1 && f[0] == "Chain":
+				cur = ""
+			case cur != "" && len(f) > 0 && f[0] != "target" && !strings.Contains(line, `name: "stackflow"`):
+				only[cur] = false
+			}
+		}
+		for ch, ours := range only {
+			if ours {
+				chains[ch] = true
+			}
+		}
+	}
 	for ch := range chains {
 		_ = exec.Command("iptables", "-t", "nat", "-F", ch).Run()
 		if out, err := exec.Command("iptables", "-t", "nat", "-X", ch).CombinedOutput(); err != nil {
