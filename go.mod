@@ -212,6 +212,7 @@ require (
 	k8s.io/controller-manager v0.34.5 // indirect
 	k8s.io/kube-aggregator v0.34.0 // indirect
 	k8s.io/kubectl v0.34.5 // indirect
+	k8s.io/pod-security-admission v0.35.4 // indirect
 	layeh.com/gopher-json v0.0.0-20190114024228-97fed8db8427 // indirect
 	lukechampine.com/frand v1.4.2 // indirect
 	oras.land/oras-go/v2 v2.5.0 // indirect

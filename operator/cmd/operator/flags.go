@@ -13,6 +13,8 @@ import (
 
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
 )
 
 // config is the command line: the operator's options and the manager's
@@ -27,6 +29,8 @@ type config struct {
 	agentEnv          string
 	webhookSecretFile string
 	watchNamespaces   string
+	workspaceAuth     string
+	podSecurity       string
 }
 
 // parseFlags parses args (without the program name) into a config.
@@ -36,6 +40,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&opts.Runtime, "workspace-runtime", operator.RuntimePod, `how workspaces run: "pod" (StatefulSets; for clusters) or "local" (agent child processes; for development)`)
 	fs.StringVar(&opts.Pod.AgentImage, "agent-image", "ghcr.io/stackflow-io/stackflow-operator:latest", "image holding the agent at /agent (pod runtime)")
 	fs.StringVar(&opts.Pod.DefaultPulumiImage, "pulumi-image", "pulumi/pulumi:3.274.1-nonroot", "workspace image when spec.image is empty (pod runtime)")
+	fs.StringVar(&c.workspaceAuth, "workspace-auth", string(pod.AgentAuthToken), `how the operator authenticates to workspace agents (pod runtime): "token" (a random token per Workspace in the Secret <workspace>-agent-token, new when the Workspace is recreated) or "kube" (the operator's ServiceAccount token from --workspace-token-file, checked by the agent with a TokenReview and a SubjectAccessReview for "use" on workspaces/rpc; the workspace ServiceAccount needs the ClusterRole system:auth-delegator)`)
+	fs.StringVar(&opts.AgentTokenFile, "workspace-token-file", "/var/run/secrets/stackflow/agent/token", "with --workspace-auth=kube: the operator's ServiceAccount token for agents, a projected token volume with the --workspace-token-audience audience (re-read every minute, as the kubelet rotates it)")
+	fs.StringVar(&opts.Pod.KubeAudience, "workspace-token-audience", pod.DefaultKubeAudience, "with --workspace-auth=kube: the token audience agents accept")
+	fs.StringVar(&opts.Pod.DefaultServiceAccount, "default-workspace-service-account", "", `lockdown: the workspace pods' ServiceAccount when a Stack names none (spec.serviceAccountName); default "default" of the Stack's namespace`)
+	fs.StringVar(&c.podSecurity, "pod-security-enforcement", "off", `lockdown: refuse workspace pods that the Pod Security level of their namespace forbids, with the reason on the Stack (Stalled, PodSecurityForbidden) instead of pods the API server will not create: "off", "namespace" (its pod-security.kubernetes.io/enforce label; unlabelled = privileged), or a floor "baseline" / "restricted" (the stricter of it and the label)`)
 	fs.StringVar(&opts.LocalRoot, "local-root", "", "directory holding the local runtime's workspaces")
 	fs.StringVar(&opts.AgentBinary, "agent-binary", "", "agent executable for the local runtime")
 	fs.StringVar(&opts.PulumiRoot, "pulumi-root", "", "directory holding bin/pulumi for local agents (default: pulumi from PATH)")
@@ -83,6 +92,20 @@ func (c *config) resolve(log logr.Logger) error {
 			return fmt.Errorf("invalid leader election flags: %w", err)
 		}
 	}
+	switch auth := pod.AgentAuth(c.workspaceAuth); auth {
+	case pod.AgentAuthToken, pod.AgentAuthKube:
+		c.opts.Pod.AgentAuth = auth
+	default:
+		return fmt.Errorf("--workspace-auth=%s: use token or kube", c.workspaceAuth)
+	}
+	if c.opts.Pod.AgentAuth == pod.AgentAuthKube && c.opts.Runtime == operator.RuntimeLocal {
+		return errors.New("--workspace-auth=kube needs --workspace-runtime=pod (local agents always use a token)")
+	}
+	mode, err := podsecurity.ParseMode(c.podSecurity)
+	if err != nil {
+		return fmt.Errorf("--pod-security-enforcement: %w", err)
+	}
+	c.opts.PodSecurity = mode
 	c.opts.AgentEnv = map[string]string{}
 	for _, kv := range strings.Split(c.agentEnv, ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {

@@ -15,6 +15,7 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
 )
 
 // The pod runtime creates and updates the StatefulSet and Service (read from
@@ -25,6 +26,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// With --pod-security-enforcement it reads the workspace's Namespace (its
+// Pod Security labels), by name, uncached.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // PodRuntime runs each workspace as a StatefulSet of one pod behind a headless
 // Service, both owned by the Workspace (deleted with it).
@@ -37,6 +41,12 @@ type PodRuntime struct {
 	Health pod.Thresholds
 	// Now is the clock of the health thresholds; default time.Now.
 	Now func() time.Time
+	// PodSecurity, when enabled, refuses a workspace pod its namespace's Pod
+	// Security level forbids, before creating or changing its StatefulSet.
+	PodSecurity *podsecurity.Checker
+	// Reader reads Namespaces (uncached: no cluster-wide watch) for
+	// PodSecurity.
+	Reader client.Reader
 }
 
 var _ Runtime = (*PodRuntime)(nil)
@@ -48,10 +58,22 @@ func TokenSecretName(workspaceName string) string { return workspaceName + "-age
 // replaced only when its hash (source, image, env, pod shape) changes.
 func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ string) (Status, error) {
 	opts := r.Options
-	opts.TokenSecretName = TokenSecretName(ws.Name)
+	if opts.AgentAuth != pod.AgentAuthKube {
+		opts.TokenSecretName = TokenSecretName(ws.Name)
+	}
 	sts, svc, err := pod.Build(ws, opts)
 	if err != nil {
 		return Status{Failed: true, Reason: autov1alpha1.WorkspaceReasonSpecInvalid, Message: err.Error()}, nil
+	}
+	if r.PodSecurity.Enabled() {
+		var ns corev1.Namespace
+		if err := r.Reader.Get(ctx, types.NamespacedName{Name: ws.Namespace}, &ns); err != nil {
+			return Status{}, fmt.Errorf("read namespace %s for its Pod Security level: %w", ws.Namespace, err)
+		}
+		tmpl := &sts.Spec.Template
+		if v := r.PodSecurity.Check(ws.Namespace, ns.Labels, &tmpl.ObjectMeta, &tmpl.Spec); v != nil {
+			return Status{Failed: true, Reason: autov1alpha1.WorkspaceReasonPodSecurityForbidden, Message: v.Error()}, nil
+		}
 	}
 	if err := controllerutil.SetControllerReference(ws, svc, r.Scheme); err != nil {
 		return Status{}, err

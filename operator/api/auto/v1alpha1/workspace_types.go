@@ -52,6 +52,10 @@ const (
 	// WorkspaceReasonPodFailed: the workspace pod failed as a whole (evicted,
 	// for instance); its StatefulSet replaces it.
 	WorkspaceReasonPodFailed = "PodFailed"
+	// WorkspaceReasonPodSecurityForbidden: the operator's lockdown mode
+	// (--pod-security-enforcement) refused the workspace pod, which asks for
+	// privileges the namespace's Pod Security level forbids.
+	WorkspaceReasonPodSecurityForbidden = "PodSecurityForbidden"
 )
 
 // SecurityProfile selects the Pod Security Standard the workspace pod is built to.

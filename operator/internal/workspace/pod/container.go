@@ -120,7 +120,12 @@ func agentArgs(ws *autov1alpha1.Workspace, opts Options) ([]string, error) {
 	args := []string{
 		"--workdir=" + WorkDir,
 		"--listen=:" + strconv.Itoa(int(opts.port())),
-		"--auth=token",
+	}
+	if opts.AgentAuth == AgentAuthKube {
+		args = append(args, "--auth=kube", "--kube-audience="+opts.kubeAudience(),
+			"--kube-workspace="+ws.Namespace+"/"+ws.Name)
+	} else {
+		args = append(args, "--auth=token")
 	}
 	src, err := sourceArgs(&ws.Spec)
 	if err != nil {
@@ -194,17 +199,20 @@ func sourceArgs(spec *autov1alpha1.WorkspaceSpec) ([]string, error) {
 const SecretEnvNamesVar = "STACKFLOW_SECRET_ENV"
 
 func containerEnv(ws *autov1alpha1.Workspace, opts Options) ([]corev1.EnvVar, error) {
-	env := []corev1.EnvVar{
-		secretEnv(TokenEnvVar, &corev1.SecretKeySelector{
+	var env []corev1.EnvVar
+	if opts.AgentAuth != AgentAuthKube {
+		env = append(env, secretEnv(TokenEnvVar, &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: opts.TokenSecretName},
 			Key:                  TokenSecretKey,
-		}),
+		}))
+	}
+	env = append(env,
 		// The root filesystem may be read-only: everything Pulumi and language
 		// tools write goes to the share volume.
-		{Name: "PULUMI_HOME", Value: ShareDir + "/.pulumi"},
-		{Name: "HOME", Value: ShareDir + "/home"},
-		{Name: "PULUMI_SKIP_UPDATE_CHECK", Value: "true"},
-	}
+		corev1.EnvVar{Name: "PULUMI_HOME", Value: ShareDir + "/.pulumi"},
+		corev1.EnvVar{Name: "HOME", Value: ShareDir + "/home"},
+		corev1.EnvVar{Name: "PULUMI_SKIP_UPDATE_CHECK", Value: "true"},
+	)
 	if ws.Spec.Git != nil && ws.Spec.Git.Auth != nil {
 		git, err := gitAuthEnv(ws.Spec.Git.Auth)
 		if err != nil {

@@ -34,6 +34,9 @@ func podTemplate(ws *autov1alpha1.Workspace, opts Options) (corev1.PodTemplateSp
 	}
 	sa := ws.Spec.ServiceAccountName
 	if sa == "" {
+		sa = opts.DefaultServiceAccount
+	}
+	if sa == "" {
 		sa = "default"
 	}
 	tmpl := corev1.PodTemplateSpec{
