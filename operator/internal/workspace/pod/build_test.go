@@ -298,6 +298,34 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 		ws:   workspace(),
 		args: baseArgs,
 	}, {
+		// The operator presents its own ServiceAccount token: no token
+		// Secret, and the agent checks the caller against this Workspace.
+		name: "kube agent auth",
+		ws:   workspace(),
+		opts: func(o *Options) { o.AgentAuth, o.TokenSecretName = AgentAuthKube, "" },
+		args: []string{"--workdir=/share/workspace", "--listen=:50051",
+			"--auth=kube", "--kube-audience=stackflow-agent", "--kube-workspace=infra/app"},
+		env: baseEnv[1:],
+	}, {
+		name: "kube agent auth with another audience",
+		ws:   workspace(),
+		opts: func(o *Options) { o.AgentAuth, o.KubeAudience = AgentAuthKube, "agents.example.com" },
+		args: []string{"--workdir=/share/workspace", "--listen=:50051",
+			"--auth=kube", "--kube-audience=agents.example.com", "--kube-workspace=infra/app"},
+		env: baseEnv[1:],
+	}, {
+		name: "lockdown default service account",
+		ws:   workspace(),
+		opts: func(o *Options) { o.DefaultServiceAccount = "workspace" },
+		args: baseArgs,
+		sa:   "workspace",
+	}, {
+		name: "a named service account wins over the default",
+		ws:   workspace(func(ws *autov1alpha1.Workspace) { ws.Spec.ServiceAccountName = "deployer" }),
+		opts: func(o *Options) { o.DefaultServiceAccount = "workspace" },
+		args: baseArgs,
+		sa:   "deployer",
+	}, {
 		name: "baseline profile",
 		ws: workspace(func(ws *autov1alpha1.Workspace) {
 			ws.Spec.SecurityProfile = autov1alpha1.SecurityProfileBaseline
@@ -663,6 +691,11 @@ func TestBuildErrors(t *testing.T) {
 		opts: func(o *Options) { o.AgentImage, o.TokenSecretName = "", "" },
 		want: []string{"AgentImage is required", "TokenSecretName is required"},
 	}, {
+		name: "options with an unknown agent auth",
+		ws:   workspace(),
+		opts: func(o *Options) { o.AgentAuth = "mtls" },
+		want: []string{`agent auth "mtls" is not one of "token", "kube"`},
+	}, {
 		name: "options with a bad port",
 		ws:   workspace(),
 		opts: func(o *Options) { o.Port = -1 },
@@ -819,6 +852,8 @@ func TestSpecHashChanges(t *testing.T) {
 		{name: "extra args", opts: func(o *Options) { o.ExtraArgs = []string{"--debug"} }},
 		{name: "port", opts: func(o *Options) { o.Port = 7000 }},
 		{name: "token secret", opts: func(o *Options) { o.TokenSecretName = "other" }},
+		{name: "kube agent auth", opts: func(o *Options) { o.AgentAuth = AgentAuthKube }},
+		{name: "default service account", opts: func(o *Options) { o.DefaultServiceAccount = "workspace" }},
 
 		{name: "nothing", ws: func(*autov1alpha1.Workspace) {}, same: true},
 		{name: "the default port spelled out", opts: func(o *Options) { o.Port = 50051 }, same: true},
