@@ -2,14 +2,17 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
@@ -88,4 +91,78 @@ func metav1OwnerName(refs []metav1.OwnerReference) string {
 		}
 	}
 	return ""
+}
+
+// TestPodRuntimeTokenRotatesWithTheWorkspace: the agent token Secret is
+// never reused across Workspaces of the same name. A Secret left by an
+// earlier Workspace (its owner reference names another UID; on a cluster the
+// garbage collector deletes it a moment later) holds the Workspace back with
+// a message saying so; once it is gone, the new Workspace gets a new token.
+func TestPodRuntimeTokenRotatesWithTheWorkspace(t *testing.T) {
+	ns := cp.Namespace(t)
+	startOperator(t, operator.Options{Runtime: operator.RuntimePod, Pod: pod.Options{
+		AgentImage: "stackflow/operator:test", DefaultPulumiImage: "pulumi/pulumi:3.274.1-nonroot",
+	}})
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: ns, Name: "rot-agent-token"}
+	stale := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, OwnerReferences: []metav1.OwnerReference{{
+		APIVersion: autov1alpha1.GroupVersion.String(), Kind: "Workspace", Name: "rot", UID: "0b5e7e1e-0000-4000-8000-000000000000", Controller: new(true),
+	}}}, StringData: map[string]string{"token": "stale-token-of-an-earlier-workspace"}}
+	if err := cp.Client.Create(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	ws := newWorkspace(ns, "rot", "https://example.com/acme/app.git", stackConfig("content", "a"))
+	if err := cp.Client.Create(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the Workspace to wait for the stale token Secret", func() (bool, error) {
+		if err := get(t, ws); err != nil {
+			return false, err
+		}
+		c := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceReady)
+		return c != nil && strings.Contains(c.Message, "not controlled by this Workspace"), nil
+	})
+	var sts appsv1.StatefulSet
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name("rot")}, &sts); !apierrors.IsNotFound(err) {
+		t.Fatalf("StatefulSet created while the token Secret is stale: %v", err)
+	}
+
+	tokenOf := func(uid types.UID) string {
+		var s corev1.Secret
+		eventually(t, time.Minute, "a token Secret controlled by the Workspace", func() (bool, error) {
+			if err := cp.Client.Get(ctx, key, &s); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			owner := metav1.GetControllerOf(&s)
+			return owner != nil && owner.UID == uid, nil
+		})
+		return string(s.Data["token"])
+	}
+	if err := cp.Client.Delete(ctx, stale); err != nil { // what the garbage collector does
+		t.Fatal(err)
+	}
+	first := tokenOf(ws.UID)
+	if len(first) != 64 || first == "stale-token-of-an-earlier-workspace" {
+		t.Fatalf("new token %d characters (stale reused: %v)", len(first), first == "stale-token-of-an-earlier-workspace")
+	}
+
+	// Recreated: the old Workspace goes, the garbage collector (this test)
+	// deletes its token, the new Workspace gets another one.
+	if err := cp.Client.Delete(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the Workspace to be gone", func() (bool, error) {
+		err := cp.Client.Get(ctx, client.ObjectKeyFromObject(ws), &autov1alpha1.Workspace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if err := cp.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	again := newWorkspace(ns, "rot", "https://example.com/acme/app.git", stackConfig("content", "a"))
+	if err := cp.Client.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if second := tokenOf(again.UID); second == first || len(second) != 64 {
+		t.Fatalf("the recreated Workspace's token is the old one (or malformed: %d characters)", len(second))
+	}
 }
