@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -64,6 +65,16 @@ func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ s
 	sts, svc, err := pod.Build(ws, opts)
 	if err != nil {
 		return Status{Failed: true, Reason: autov1alpha1.WorkspaceReasonSpecInvalid, Message: err.Error()}, nil
+	}
+	// The variables of envFrom Secrets are known from their keys only: read
+	// them, and build again with the agent told to redact those variables.
+	if names := pod.EnvFromSecrets(&sts.Spec.Template.Spec); len(names) > 0 {
+		if opts.EnvFromSecretKeys, err = r.secretKeys(ctx, ws.Namespace, names); err != nil {
+			return Status{}, err
+		}
+		if sts, svc, err = pod.Build(ws, opts); err != nil {
+			return Status{Failed: true, Reason: autov1alpha1.WorkspaceReasonSpecInvalid, Message: err.Error()}, nil
+		}
 	}
 	if r.PodSecurity.Enabled() {
 		var ns corev1.Namespace
@@ -182,6 +193,30 @@ func (r *PodRuntime) secretValues(ctx context.Context, namespace string, names [
 		}
 	}
 	return values, nil
+}
+
+// secretKeys are the keys of the named Secrets; a missing Secret has none
+// (the kubelet will not start the pod, or the reference is optional).
+func (r *PodRuntime) secretKeys(ctx context.Context, namespace string, names []string) (map[string][]string, error) {
+	keys := map[string][]string{}
+	for _, name := range names {
+		var s corev1.Secret
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the keys of envFrom secret %s (to redact their variables): %w", name, err)
+		}
+		for k := range s.Data {
+			keys[name] = append(keys[name], k)
+		}
+		for k := range s.StringData {
+			keys[name] = append(keys[name], k)
+		}
+		slices.Sort(keys[name]) // a stable pod template hash
+	}
+	return keys, nil
 }
 
 // Remove leaves deletion to the garbage collector: the StatefulSet and Service

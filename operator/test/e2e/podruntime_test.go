@@ -166,3 +166,42 @@ func TestPodRuntimeTokenRotatesWithTheWorkspace(t *testing.T) {
 		t.Fatalf("the recreated Workspace's token is the old one (or malformed: %d characters)", len(second))
 	}
 }
+
+// TestPodRuntimeListsEnvFromSecretVariables: the variables a workspace pod
+// gets from envFrom Secrets are known from the Secrets' keys only; the runtime
+// reads them and lists the variables for the agent to redact (the kubelet
+// that would set them does not run here: the agent's side is
+// agent.SecretEnvNamesEnv's tests).
+func TestPodRuntimeListsEnvFromSecretVariables(t *testing.T) {
+	ns := cp.Namespace(t)
+	startOperator(t, operator.Options{Runtime: operator.RuntimePod, Pod: pod.Options{
+		AgentImage: "stackflow/operator:test", DefaultPulumiImage: "pulumi/pulumi:3.274.1-nonroot",
+	}})
+	ctx := context.Background()
+	if err := cp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cloud"},
+		StringData: map[string]string{"KEY": "k", "SECRET": "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	ws := newWorkspace(ns, "envfrom", "https://example.com/acme/app.git", stackConfig("content", "a"))
+	ws.Spec.EnvFrom = []corev1.EnvFromSource{
+		{Prefix: "CLOUD_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}}},
+		{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Optional: new(true)}},
+	}
+	if err := cp.Client.Create(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	var sts appsv1.StatefulSet
+	eventually(t, time.Minute, "the workspace StatefulSet", func() (bool, error) {
+		err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name("envfrom")}, &sts)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	var listed string
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == pod.SecretEnvNamesVar {
+			listed = e.Value
+		}
+	}
+	if listed != "CLOUD_KEY,CLOUD_SECRET" {
+		t.Fatalf("%s = %q, want CLOUD_KEY,CLOUD_SECRET", pod.SecretEnvNamesVar, listed)
+	}
+}

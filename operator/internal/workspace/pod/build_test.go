@@ -390,6 +390,39 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 			{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},
 			{Prefix: "CLOUD_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}}},
 		},
+	}, {
+		// The runtime read the envFrom Secrets' keys: their variables
+		// (prefixed; keys that are no variable name, as 1X, are not set by the
+		// kubelet) join the list, with spec.env's, sorted.
+		name: "envFrom secret keys",
+		ws: workspace(func(ws *autov1alpha1.Workspace) {
+			ws.Spec.Env = []corev1.EnvVar{{Name: "PULUMI_CONFIG_PASSPHRASE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: secretKey("passphrase", "value")}}}
+			ws.Spec.EnvFrom = []corev1.EnvFromSource{
+				{Prefix: "CLOUD_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}}},
+				{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}},
+			}
+		}),
+		opts: func(o *Options) {
+			o.EnvFromSecretKeys = map[string][]string{"cloud": {"KEY", "SECRET"}, "db": {"DB_PASSWORD", "not-a-name", "1X"}} // "1X" is no variable name
+		},
+		args: baseArgs,
+		env: concat(baseEnv, []corev1.EnvVar{
+			fromSecret("PULUMI_CONFIG_PASSPHRASE", "passphrase", "value"),
+			{Name: SecretEnvNamesVar, Value: "CLOUD_KEY,CLOUD_SECRET,DB_PASSWORD,PULUMI_CONFIG_PASSPHRASE,not-a-name"},
+		}),
+		envFrom: []corev1.EnvFromSource{
+			{Prefix: "CLOUD_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}}},
+			{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}},
+		},
+	}, {
+		name: "envFrom secret keys only",
+		ws: workspace(func(ws *autov1alpha1.Workspace) {
+			ws.Spec.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}
+		}),
+		opts: func(o *Options) { o.EnvFromSecretKeys = map[string][]string{"db": {"DB_PASSWORD"}} },
+		args: baseArgs,
+		env:  concat(baseEnv, []corev1.EnvVar{{Name: SecretEnvNamesVar, Value: "DB_PASSWORD"}}),
+		envFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -853,6 +886,9 @@ func TestSpecHashChanges(t *testing.T) {
 		{name: "port", opts: func(o *Options) { o.Port = 7000 }},
 		{name: "token secret", opts: func(o *Options) { o.TokenSecretName = "other" }},
 		{name: "kube agent auth", opts: func(o *Options) { o.AgentAuth = AgentAuthKube }},
+		{name: "envFrom secret keys", ws: func(ws *autov1alpha1.Workspace) {
+			ws.Spec.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}
+		}, opts: func(o *Options) { o.EnvFromSecretKeys = map[string][]string{"db": {"DB_PASSWORD"}} }},
 		{name: "default service account", opts: func(o *Options) { o.DefaultServiceAccount = "workspace" }},
 
 		{name: "nothing", ws: func(*autov1alpha1.Workspace) {}, same: true},

@@ -237,7 +237,7 @@ func containerEnv(ws *autov1alpha1.Workspace, opts Options) ([]corev1.EnvVar, er
 	}
 	if len(secretNames) > 0 {
 		// The agent redacts these variables' values in what it reports and
-		// logs. (The keys of envFrom Secrets are known only to the kubelet.)
+		// logs (and those of envFrom Secrets: listEnvFromSecrets).
 		slices.Sort(secretNames)
 		env = append(env, corev1.EnvVar{Name: SecretEnvNamesVar, Value: strings.Join(secretNames, ",")})
 	}

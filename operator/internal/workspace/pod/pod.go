@@ -101,6 +101,12 @@ type Options struct {
 	DefaultServiceAccount string
 	// ExtraArgs are appended to the agent's arguments.
 	ExtraArgs []string
+	// EnvFromSecretKeys are, per Workspace, the keys of the Secrets the
+	// workspace container's envFrom names (Secret name → keys), read by the
+	// runtime: the variables they become are listed in SecretEnvNamesVar so
+	// the agent redacts their values. A key set that changes rolls the pod,
+	// as the variables themselves change only when the pod restarts.
+	EnvFromSecretKeys map[string][]string
 }
 
 // AgentAuth is how the operator authenticates to a workspace agent.
