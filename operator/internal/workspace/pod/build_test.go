@@ -419,9 +419,9 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 		ws: workspace(func(ws *autov1alpha1.Workspace) {
 			ws.Spec.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}
 		}),
-		opts: func(o *Options) { o.EnvFromSecretKeys = map[string][]string{"db": {"DB_PASSWORD"}} },
-		args: baseArgs,
-		env:  concat(baseEnv, []corev1.EnvVar{{Name: SecretEnvNamesVar, Value: "DB_PASSWORD"}}),
+		opts:    func(o *Options) { o.EnvFromSecretKeys = map[string][]string{"db": {"DB_PASSWORD"}} },
+		args:    baseArgs,
+		env:     concat(baseEnv, []corev1.EnvVar{{Name: SecretEnvNamesVar, Value: "DB_PASSWORD"}}),
 		envFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}},
 	}}
 	for _, tt := range tests {

@@ -103,4 +103,3 @@ func TestParseMode(t *testing.T) {
 		t.Errorf("ParseMode(strict) = %v", err)
 	}
 }
-
