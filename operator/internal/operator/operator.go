@@ -313,8 +313,9 @@ func setupWebhook(mgr ctrl.Manager, opts Options, stacks *controller.StackReconc
 	}
 	log := ctrl.Log.WithName("webhook")
 	receiver := &webhook.GitHub{
-		Secret:  []byte(opts.WebhookSecret),
-		Limiter: rate.NewLimiter(rate.Limit(10), 50),
+		Secret:     []byte(opts.WebhookSecret),
+		Limiter:    rate.NewLimiter(rate.Limit(10), 50),
+		Deliveries: &webhook.Deliveries{},
 		OnPush: func(p webhook.Push) error {
 			// Recorded on the Stacks (any replica may receive it), which the
 			// leader then reconciles.
@@ -332,8 +333,7 @@ func setupWebhook(mgr ctrl.Manager, opts Options, stacks *controller.StackReconc
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/webhooks/github", receiver)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := webhook.NewServer(mux, webhook.DefaultTimeouts)
 	// Every replica serves the webhook (not only the leader): a push is
 	// recorded on the Stacks through the API server.
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {

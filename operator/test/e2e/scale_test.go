@@ -42,9 +42,11 @@ func TestPushWebhookDeploysInSeconds(t *testing.T) {
 	sha2 := repo.Commit(t, "v2", map[string]string{"README.md": "second"})
 
 	body := []byte(`{"ref":"refs/heads/main","repository":{"clone_url":"` + repo.URL() + `","html_url":"https://example.com/acme/infra"}}`)
+	const delivery = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
 	post := func(sig string) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+op.WebhookAddr+"/webhooks/github", bytes.NewReader(body))
 		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-GitHub-Delivery", delivery)
 		if sig != "" {
 			req.Header.Set("X-Hub-Signature-256", sig)
 		}
@@ -81,6 +83,11 @@ func TestPushWebhookDeploysInSeconds(t *testing.T) {
 	}
 	waitStack(t, s, 30*time.Second, "deployed after the push", readyAt(sha2))
 	t.Logf("pushed commit deployed %s after the notification", time.Since(start).Round(100*time.Millisecond))
+	// The same delivery again is a replay. (The refused ones above were not
+	// remembered: the accepted post used their delivery ID.)
+	if code := post(webhook.Sign([]byte(secret), body)); code != http.StatusConflict {
+		t.Fatalf("replayed push: HTTP %d, want 409", code)
+	}
 }
 
 // TestNamespaceScopedOperator: an operator watching one namespace reconciles
