@@ -368,6 +368,9 @@ func (r *StackReconciler) reconcileFinalizer(ctx context.Context, sc *stackScope
 
 // reconcileSource resolves the revision to deploy.
 func (r *StackReconciler) reconcileSource(ctx context.Context, sc *stackScope) error {
+	if err := stack.CrossNamespaceRefs(sc.stack); err != nil {
+		return r.classifySourceError(sc.stack, err)
+	}
 	src, err := r.resolveSource(ctx, sc.stack)
 	if err != nil {
 		return r.classifySourceError(sc.stack, err)
