@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
 )
 
 // resolveArgs parses and resolves args as main does, returning the config,
@@ -152,5 +154,35 @@ func TestDefaultInstallArgs(t *testing.T) {
 	}
 	if c.opts.WebhookAddr != "" || !strings.Contains(strings.Join(lines, "\n"), "Push webhook disabled") {
 		t.Errorf("default install: webhook %q, log %q; want it off and said so", c.opts.WebhookAddr, lines)
+	}
+}
+
+func TestWorkspaceAuthAndLockdownFlags(t *testing.T) {
+	c, _, err := resolveArgs(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.opts.Pod.AgentAuth != pod.AgentAuthToken || c.opts.PodSecurity != podsecurity.ModeOff || c.opts.Pod.DefaultServiceAccount != "" {
+		t.Errorf("defaults: auth %q, pod security %q, default SA %q; want token, off, none", c.opts.Pod.AgentAuth, c.opts.PodSecurity, c.opts.Pod.DefaultServiceAccount)
+	}
+	c, _, err = resolveArgs(t, "--workspace-auth=kube", "--pod-security-enforcement=restricted", "--default-workspace-service-account=workspace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.opts.Pod.AgentAuth != pod.AgentAuthKube || c.opts.PodSecurity != podsecurity.ModeRestricted || c.opts.Pod.DefaultServiceAccount != "workspace" ||
+		c.opts.AgentTokenFile != "/var/run/secrets/stackflow/agent/token" || c.opts.Pod.KubeAudience != pod.DefaultKubeAudience {
+		t.Errorf("lockdown flags not applied: %+v", c.opts)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workspace-auth=mtls"}, "--workspace-auth=mtls: use token or kube"},
+		{[]string{"--workspace-auth=kube", "--workspace-runtime=local"}, "--workspace-auth=kube needs --workspace-runtime=pod"},
+		{[]string{"--pod-security-enforcement=strict"}, "not one of off, namespace, baseline, restricted"},
+	} {
+		if _, _, err := resolveArgs(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+		}
 	}
 }
