@@ -66,7 +66,15 @@ func TestPodRuntimeWorkspace(t *testing.T) {
 	// Config only: the StatefulSet is not touched.
 	gen := sts.Generation
 	mutate(t, ws, func() { ws.Spec.Stacks[0].Config = stackConfig("content", "b") })
-	time.Sleep(2 * time.Second) // give a wrong implementation time to roll it
+	// Once the controller has reconciled the new generation (its Ready
+	// condition says so), it has decided about the StatefulSet.
+	eventually(t, time.Minute, "the config change reconciled", func() (bool, error) {
+		if err := get(t, ws); err != nil {
+			return false, err
+		}
+		cond := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceReady)
+		return cond != nil && cond.ObservedGeneration == ws.Generation, nil
+	})
 	if err := cp.Client.Get(ctx, key, &sts); err != nil {
 		t.Fatal(err)
 	}

@@ -13,11 +13,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/webhook"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
@@ -108,7 +110,21 @@ func TestNamespaceScopedOperator(t *testing.T) {
 		}
 	}
 	waitStack(t, mine, 3*time.Minute, "ready", readyAt(sha))
-	time.Sleep(2 * time.Second)
+	// The operator's cache, built from the same options, cannot even hold a
+	// Stack outside the watched namespace: that is why theirs is never
+	// reconciled (checked below once mine, created with it, is deployed).
+	c, err := cache.New(cp.Config, func() cache.Options {
+		o := operator.CacheOptions(e.opts.WatchNamespaces)
+		o.Scheme = operator.Scheme()
+		return o
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(theirs), &pulumiv1.Stack{}); err == nil ||
+		!strings.Contains(err.Error(), "unknown namespace for the cache") {
+		t.Fatalf("the operator's cache reads a Stack in an unwatched namespace: err = %v", err)
+	}
 	if err := get(t, theirs); err != nil {
 		t.Fatal(err)
 	}
