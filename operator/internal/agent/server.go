@@ -112,7 +112,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	log.Info("Fetched program source", "revision", fetched.Revision, "dir", fetched.ProgramDir)
 
 	red := newRedactor()
-	red.add(opts.Source.GitAuth.Token, opts.Source.GitAuth.Password, opts.Source.GitAuth.SSHPrivateKey)
+	red.add(opts.Source.GitAuth.Secrets()...)
 	for _, name := range opts.SecretEnv {
 		red.add(os.Getenv(name), opts.Env[name])
 	}

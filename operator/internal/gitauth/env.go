@@ -63,12 +63,12 @@ func variables(auth *autov1alpha1.GitAuth, c *Credentials) []variable {
 func (v variable) check() error {
 	if v.sel == nil {
 		if v.required {
-			return fmt.Errorf("spec.git.auth.%s is required", v.field)
+			return &CredentialsError{msg: fmt.Sprintf("spec.git.auth.%s is required", v.field)}
 		}
 		return nil
 	}
 	if v.sel.Name == "" || v.sel.Key == "" {
-		return fmt.Errorf("spec.git.auth.%s needs a secret name and key", v.field)
+		return &CredentialsError{msg: fmt.Sprintf("spec.git.auth.%s needs a secret name and key", v.field)}
 	}
 	return nil
 }

@@ -90,6 +90,10 @@ type Options struct {
 	TokenSecretName string
 	// ExtraArgs are appended to the agent's arguments.
 	ExtraArgs []string
+	// SSHKnownHosts holds the operator's known_hosts lines
+	// (--ssh-known-hosts), given to agents that clone with an SSH key and
+	// no knownHosts of their own.
+	SSHKnownHosts string
 }
 
 // port returns the agent port, defaulted.
