@@ -257,12 +257,15 @@ func tokenError(status int, body []byte, app GitHubApp) error {
 
 // IsPermanent reports an authentication error that retrying will not fix:
 // credentials that cannot be used (CredentialsError), SSH host key
-// verification failing or unconfigured (HostKeyError, ErrNoKnownHosts), or
-// GitHub refusing the App (TokenError.Permanent).
+// verification failing or unconfigured (HostKeyError, ErrNoKnownHosts), an
+// SSH server refusing the key, or GitHub refusing the App
+// (TokenError.Permanent).
 func IsPermanent(err error) bool {
 	var cred *CredentialsError
 	var host *HostKeyError
 	var tok *TokenError
 	return errors.As(err, &cred) || errors.As(err, &host) || errors.Is(err, ErrNoKnownHosts) ||
-		(errors.As(err, &tok) && tok.Permanent())
+		(errors.As(err, &tok) && tok.Permanent()) ||
+		// x/crypto/ssh has no error type for it, only this message.
+		(err != nil && strings.Contains(err.Error(), "ssh: unable to authenticate"))
 }
