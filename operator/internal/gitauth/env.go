@@ -102,6 +102,10 @@ func Read(auth *autov1alpha1.GitAuth, knownHosts string, read func(*corev1.Secre
 	if c.KnownHosts == "" && usesSSH(auth) {
 		c.KnownHosts = knownHosts
 	}
+	if a := c.GitHubApp; a != nil {
+		// IDs in Secrets often end with a newline (echo … > file).
+		a.AppID, a.InstallationID = strings.TrimSpace(a.AppID), strings.TrimSpace(a.InstallationID)
+	}
 	return c, nil
 }
 

@@ -25,7 +25,7 @@ func app() *autov1alpha1.GitHubAppAuth {
 // operator's known_hosts only with an SSH key and no knownHosts of its own.
 func TestReadAndPodEnv(t *testing.T) {
 	secrets := map[string]string{"git/token": "tok", "git/user": "me", "git/pw": "pw", "git/key": "KEY", "git/kh": "KH",
-		"app/id": "1", "app/inst": "2", "app/key.pem": "PEM"}
+		"app/id": "1", "app/inst": "2\n", "app/key.pem": "PEM"}
 	read := func(s *corev1.SecretKeySelector) (string, error) {
 		v, ok := secrets[s.Name+"/"+s.Key]
 		if !ok {
