@@ -66,12 +66,8 @@ func noSecret(t *testing.T, err error, secrets ...string) {
 // installation, or a token the server does not accept fail clearly.
 func TestGitHubAppEndToEnd(t *testing.T) {
 	gh := fakegithub.New(t, "31337", "4001")
-	root := t.TempDir()
-	repo := gitrepo.NewIn(t, root, "app.git")
+	repo, srv := gitrepo.NewServedHTTP(t, "app.git", gh.Authorize)
 	want := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})
-	srv := gitrepo.NewHTTPServer(t, root)
-	srv.Authorize = func(user, pass string) bool { return user == gitauth.AppTokenUser && gh.Valid(pass) }
-	srv.Start(t)
 	url := repo.HTTPURL(srv)
 
 	good := gitauth.Credentials{GitHubApp: &gitauth.GitHubApp{AppID: "31337", InstallationID: "4001", PrivateKey: gh.KeyPEM, APIURL: gh.URL}}
@@ -131,7 +127,7 @@ func TestSSHEndToEnd(t *testing.T) {
 	}
 
 	impostor := gitrepo.NewSSHServer(t, root, key.Public) // another host key
-	mismatch := strings.Replace(impostor.KnownHosts(), impostor.Addr[strings.LastIndex(impostor.Addr, ":"):], srv.Addr[strings.LastIndex(srv.Addr, ":"):], 1)
+	mismatch := impostor.KnownHostsAs(srv.Addr)
 	for _, tc := range []struct {
 		name       string
 		knownHosts string

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
@@ -78,7 +77,7 @@ func TestStackGitAuthSSH(t *testing.T) {
 	startOperator(t, e.opts)
 
 	// known_hosts naming this server's address with the impostor's key.
-	wrong := strings.Replace(impostor.KnownHosts(), impostor.Addr[strings.LastIndex(impostor.Addr, ":"):], srv.Addr[strings.LastIndex(srv.Addr, ":"):], 1)
+	wrong := impostor.KnownHostsAs(srv.Addr)
 	sec := createSecret(t, e.ns, "git-ssh", map[string]string{"key": key.PrivateKey, "known_hosts": wrong})
 	kh := secretRef("git-ssh", "known_hosts")
 	own := newStack(e.ns, "ssh-own", pulumiv1.StackSpec{Stack: "ssh-own", GitSource: &pulumiv1.GitSource{ProjectRepo: repo.SSHURL(srv), Branch: "main",
@@ -110,12 +109,8 @@ func TestStackGitAuthSSH(t *testing.T) {
 // clones, each with an installation token.
 func TestStackGitAuthGitHubApp(t *testing.T) {
 	gh := fakegithub.New(t, "5150", "9001")
-	root := t.TempDir()
-	repo := gitrepo.NewIn(t, root, "infra.git")
+	repo, srv := gitrepo.NewServedHTTP(t, "infra.git", gh.Authorize)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
-	srv := gitrepo.NewHTTPServer(t, root)
-	srv.Authorize = func(user, pass string) bool { return user == gitauth.AppTokenUser && gh.Valid(pass) }
-	srv.Start(t)
 
 	e := newEnv(t)
 	e.opts.StackResyncOverride = time.Second

@@ -97,6 +97,13 @@ func (s *Server) Valid(token string) bool {
 	return ok && s.now().Before(exp)
 }
 
+// Authorize accepts what GitHub's git servers accept from an App: user
+// x-access-token with a valid installation token (for
+// gitrepo.HTTPServer.Authorize).
+func (s *Server) Authorize(user, password string) bool {
+	return user == "x-access-token" && s.Valid(password)
+}
+
 // fail answers as GitHub does: a JSON message and documentation URL.
 func fail(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")

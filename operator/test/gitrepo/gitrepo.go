@@ -176,3 +176,15 @@ func (r *Repo) HTTPURL(h *HTTPServer) string {
 	rel, _ := filepath.Rel(h.root, r.Bare)
 	return "http://" + h.Addr + "/" + filepath.ToSlash(rel)
 }
+
+// NewServedHTTP creates a repository name served over HTTP on loopback,
+// requiring basic auth that authorize accepts (nil: none).
+func NewServedHTTP(t testing.TB, name string, authorize func(user, password string) bool) (*Repo, *HTTPServer) {
+	t.Helper()
+	root := t.TempDir()
+	repo := NewIn(t, root, name)
+	srv := NewHTTPServer(t, root)
+	srv.Authorize = authorize
+	srv.Start(t)
+	return repo, srv
+}

@@ -9,12 +9,8 @@ import (
 // TestHTTPServerAuthorize: with Authorize set, the real git client is
 // challenged and gets in only with accepted credentials.
 func TestHTTPServerAuthorize(t *testing.T) {
-	root := t.TempDir()
-	repo := NewIn(t, root, "r.git")
+	repo, srv := NewServedHTTP(t, "r.git", func(user, pass string) bool { return user == "x-access-token" && pass == "good" })
 	sha := repo.Commit(t, "one", map[string]string{"f": "1"})
-	srv := NewHTTPServer(t, root)
-	srv.Authorize = func(user, pass string) bool { return user == "x-access-token" && pass == "good" }
-	srv.Start(t)
 	lsRemote := func(userinfo string) (string, error) {
 		url := strings.Replace(repo.HTTPURL(srv), "http://", "http://"+userinfo+"@", 1)
 		cmd := exec.Command("git", "ls-remote", url, "main")

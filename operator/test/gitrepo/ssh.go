@@ -113,8 +113,13 @@ func NewSSHServer(t testing.TB, root string, authorized ssh.PublicKey) *SSHServe
 }
 
 // KnownHosts is the known_hosts line for this server's host key.
-func (s *SSHServer) KnownHosts() string {
-	return knownhosts.Line([]string{knownhosts.Normalize(s.Addr)}, s.HostKey) + "\n"
+func (s *SSHServer) KnownHosts() string { return s.KnownHostsAs(s.Addr) }
+
+// KnownHostsAs is a known_hosts line giving this server's host key to
+// another address: what known_hosts holds when addr's key changed, or an
+// impostor answers at addr.
+func (s *SSHServer) KnownHostsAs(addr string) string {
+	return knownhosts.Line([]string{knownhosts.Normalize(addr)}, s.HostKey) + "\n"
 }
 
 // Execs are the commands clients ran, in order.
