@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
@@ -113,6 +114,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 
 	red := newRedactor()
 	red.add(opts.Source.GitAuth.Secrets()...)
+	red.add(gitauth.DefaultAppTokens.Issued()...) // the clone's installation token
 	for _, name := range opts.SecretEnv {
 		red.add(os.Getenv(name), opts.Env[name])
 	}
