@@ -46,11 +46,6 @@ type GitHubApp struct {
 // DefaultGitHubAPI is GitHub.com's REST API.
 const DefaultGitHubAPI = "https://api.github.com"
 
-// IsZero reports no credentials at all.
-func (c Credentials) IsZero() bool {
-	return c.Token == "" && c.Username == "" && c.Password == "" && c.SSHPrivateKey == "" && c.GitHubApp == nil
-}
-
 // Secrets are the secret values of c, for redaction.
 func (c Credentials) Secrets() []string {
 	var out []string

@@ -90,8 +90,6 @@ type AppTokens struct {
 
 	mu    sync.Mutex
 	cache map[string]appToken
-	// exchanges counts token requests made, for tests and metrics.
-	exchanges int
 }
 
 // DefaultAppTokens serves Credentials.Method when given no AppTokens.
@@ -113,13 +111,6 @@ func (a *AppTokens) now() time.Time {
 		return a.Now()
 	}
 	return time.Now()
-}
-
-// Exchanges is how many tokens were requested from GitHub.
-func (a *AppTokens) Exchanges() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.exchanges
 }
 
 // Issued are the installation tokens held, for redaction: a process that
@@ -148,7 +139,6 @@ func (a *AppTokens) Token(ctx context.Context, app GitHubApp) (string, error) {
 		a.mu.Unlock()
 		return cached.token, nil
 	}
-	a.exchanges++
 	a.mu.Unlock()
 
 	tok, err := a.exchange(ctx, app)
