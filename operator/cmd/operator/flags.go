@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
@@ -31,6 +32,7 @@ type config struct {
 	watchNamespaces   string
 	workspaceAuth     string
 	podSecurity       string
+	sshKnownHostsFile string
 }
 
 // parseFlags parses args (without the program name) into a config.
@@ -62,6 +64,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&c.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhook's secret; without it the webhook is off (a file that cannot be read is an error)")
 	fs.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
 	fs.DurationVar(&opts.SecretPollInterval, "secret-poll-interval", controller.DefaultSecretPoll, "how often an up-to-date Stack re-reads the Secrets it refers to: Secrets are read by name, never watched (least privilege), so a rotated Secret is deployed within this interval")
+	fs.StringVar(&c.sshKnownHostsFile, "ssh-known-hosts", "", "known_hosts file (OpenSSH format, e.g. from ssh-keyscan) verifying the host keys of SSH git servers for every Stack whose spec.gitAuth.sshAuth.knownHosts is unset, in branch resolution and in workspace clones (both runtimes); without it and without knownHosts, SSH sources fail: host keys are never accepted unverified")
 	fs.StringVar(&c.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
 	fs.StringVar(&c.metrics.Addr, "metrics-bind-address", ":8080", "address serving Prometheus metrics at /metrics, on every replica (0 disables)")
 	fs.StringVar(&c.metrics.Auth, "metrics-auth", operator.MetricsAuthKube, `who may read /metrics: "kube" (HTTPS; a bearer token passing a TokenReview whose user may get the non-resource URL /metrics, e.g. bound to the ClusterRole stackflow-metrics-reader) or "none" (plain HTTP, anyone)`)
@@ -117,6 +120,18 @@ func (c *config) resolve(log logr.Logger) error {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			c.opts.WatchNamespaces = append(c.opts.WatchNamespaces, ns)
 		}
+	}
+	if c.sshKnownHostsFile != "" {
+		b, err := os.ReadFile(c.sshKnownHostsFile)
+		if err != nil {
+			return fmt.Errorf("read the SSH known_hosts file (--ssh-known-hosts): %w", err)
+		}
+		if _, err := gitauth.HostKeyCallback(string(b)); err != nil {
+			return fmt.Errorf("--ssh-known-hosts=%s: %w", c.sshKnownHostsFile, err)
+		}
+		c.opts.SSHKnownHosts = string(b)
+	} else {
+		log.Info("No operator-wide SSH known_hosts (--ssh-known-hosts): SSH git sources need spec.gitAuth.sshAuth.knownHosts")
 	}
 	return c.resolveWebhook(log)
 }

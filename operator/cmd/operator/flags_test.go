@@ -186,3 +186,42 @@ func TestWorkspaceAuthAndLockdownFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSSHKnownHosts: --ssh-known-hosts is read and checked at start; a
+// missing or malformed file is an error naming the flag; without it a line
+// says what SSH Stacks then need.
+func TestSSHKnownHosts(t *testing.T) {
+	c, lines, err := resolveArgs(t)
+	if err != nil || c.opts.SSHKnownHosts != "" || !strings.Contains(strings.Join(lines, "\n"), "spec.gitAuth.sshAuth.knownHosts") {
+		t.Fatalf("default: %q, %v, lines %q", c.opts.SSHKnownHosts, err, lines)
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "known_hosts")
+	const line = "github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+	if err := os.WriteFile(good, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err = resolveArgs(t, "--ssh-known-hosts="+good); err != nil || c.opts.SSHKnownHosts != line {
+		t.Fatalf("file: %q, %v", c.opts.SSHKnownHosts, err)
+	}
+	if _, _, err := resolveArgs(t, "--ssh-known-hosts="+filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "--ssh-known-hosts") {
+		t.Fatalf("missing file: %v, want an error naming the flag", err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("github.com ssh-ed25519 not-base64!\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := resolveArgs(t, "--ssh-known-hosts="+bad); err == nil || !strings.Contains(err.Error(), "--ssh-known-hosts="+bad) {
+		t.Fatalf("malformed file: %v, want an error naming the flag", err)
+	}
+	var help strings.Builder
+	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+	fs.SetOutput(&help)
+	if _, err := parseFlags(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	fs.PrintDefaults()
+	if !strings.Contains(help.String(), "-ssh-known-hosts") || !strings.Contains(help.String(), "never accepted unverified") {
+		t.Fatalf("--help does not document --ssh-known-hosts:\n%s", help.String())
+	}
+}

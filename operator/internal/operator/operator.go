@@ -123,6 +123,11 @@ type Options struct {
 	// OperatorNamespace holds the operator's own objects (the digest key
 	// Secret). Default "default".
 	OperatorNamespace string
+	// SSHKnownHosts holds known_hosts lines (--ssh-known-hosts) verifying
+	// SSH host keys for every Stack and Workspace that names no knownHosts
+	// of its own: in branch resolution and, passed to the agents of both
+	// runtimes, in clones.
+	SSHKnownHosts string
 }
 
 // InputsDigestKeySecret is the Secret (key "key") holding the key of the
@@ -173,14 +178,16 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		if err != nil {
 			return nil, err
 		}
-		rt = &workspace.PodRuntime{Client: c, Scheme: mgr.GetScheme(), Options: opts.Pod, Health: opts.PodHealth, Now: opts.PodClock,
+		podOpts := opts.Pod
+		podOpts.SSHKnownHosts = opts.SSHKnownHosts
+		rt = &workspace.PodRuntime{Client: c, Scheme: mgr.GetScheme(), Options: podOpts, Health: opts.PodHealth, Now: opts.PodClock,
 			PodSecurity: psa, Reader: mgr.GetAPIReader()}
 	case RuntimeLocal:
 		if opts.AgentBinary == "" || opts.LocalRoot == "" {
 			return nil, fmt.Errorf("the local runtime needs an agent binary and a root directory")
 		}
 		rt = &local.Runtime{Root: opts.LocalRoot, AgentBinary: opts.AgentBinary, PulumiRoot: opts.PulumiRoot,
-			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff}
+			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff, SSHKnownHosts: opts.SSHKnownHosts}
 	default:
 		return nil, fmt.Errorf("unknown workspace runtime %q: use pod or local", opts.Runtime)
 	}
@@ -211,7 +218,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	}
 	stacks := &controller.StackReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
-		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key,
+		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key, SSHKnownHosts: opts.SSHKnownHosts,
 		SecretPollInterval: opts.SecretPollInterval,
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {

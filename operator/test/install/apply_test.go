@@ -213,6 +213,22 @@ func TestChartInstalls(t *testing.T) {
 			}
 		},
 	}, {
+		name:   "ssh-known-hosts",
+		values: "operator: {sshKnownHosts: \"github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\\n\"}\n",
+		check: func(t *testing.T, _ client.Client, objs []*unstructured.Unstructured, rel, ns, _, _ string) {
+			if op := args(t, objs, "Deployment/"+ns+"/"+rel+"-operator"); !strings.Contains(op, "--ssh-known-hosts=/etc/stackflow/ssh/known_hosts") {
+				t.Errorf("operator args %q: want --ssh-known-hosts", op)
+			}
+			cm := find(t, objs, "ConfigMap/"+ns+"/"+rel+"-operator-ssh-known-hosts")
+			if kh, _, _ := unstructured.NestedString(cm.Object, "data", "known_hosts"); !strings.HasPrefix(kh, "github.com ssh-ed25519 ") {
+				t.Errorf("known_hosts ConfigMap holds %q", kh)
+			}
+			vols, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment/"+ns+"/"+rel+"-operator").Object, "spec", "template", "spec", "volumes")
+			if !strings.Contains(fmt.Sprint(vols), "name:"+rel+"-operator-ssh-known-hosts") {
+				t.Errorf("volumes %v: want the known_hosts ConfigMap", vols)
+			}
+		},
+	}, {
 		name:   "no-analysis",
 		values: "analysis: {enabled: false}\n",
 		check: func(t *testing.T, _ client.Client, objs []*unstructured.Unstructured, rel, _, _, _ string) {

@@ -123,6 +123,20 @@ func TestLockdownAsServiceAccount(t *testing.T) {
 	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name(hostNet.Name)}, &sts); !apierrors.IsNotFound(err) {
 		t.Errorf("refused workspace's StatefulSet: err = %v, want NotFound", err)
 	}
+	// Leave nothing for the next test's operator (which serves every
+	// namespace, this one included once it is terminating, where creating
+	// anything is refused with a 403): delete the Stacks while this operator
+	// runs and releases their finalizers.
+	for _, name := range []string{"tenant", hostNet.Name} {
+		s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if err := cp.Client.Delete(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		substrate.Eventually(t, time.Minute, "Stack "+name+" deleted", func() (bool, error) {
+			err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, s)
+			return apierrors.IsNotFound(err), client404(err)
+		})
+	}
 	assertNoForbidden(t, refused)
 }
 

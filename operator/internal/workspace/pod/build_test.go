@@ -264,6 +264,36 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 			fromSecret("GITHUB_APP_PRIVATE_KEY", "app", "key.pem"),
 		}),
 	}, {
+		name: "git source with an SSH key and the operator's known_hosts",
+		ws: workspace(func(ws *autov1alpha1.Workspace) {
+			ws.Spec.Git = &autov1alpha1.GitSource{URL: "ssh://git@git.example/infra.git", Ref: "main",
+				Auth: &autov1alpha1.GitAuth{SSHPrivateKey: secretKey("ssh", "key")}}
+		}),
+		opts: func(o *Options) { o.SSHKnownHosts = "git.example ssh-ed25519 AAAA\n" },
+		args: concat(baseArgs, []string{"--git-url=ssh://git@git.example/infra.git", "--git-ref=main"}),
+		env: concat(baseEnv, []corev1.EnvVar{
+			fromSecret("GIT_SSH_PRIVATE_KEY", "ssh", "key"),
+			{Name: "GIT_SSH_KNOWN_HOSTS", Value: "git.example ssh-ed25519 AAAA\n"},
+		}),
+	}, {
+		name: "git source with its own known_hosts Secret and a GitHub Enterprise App",
+		ws: workspace(func(ws *autov1alpha1.Workspace) {
+			ws.Spec.Git = &autov1alpha1.GitSource{URL: "ssh://git@git.example/infra.git", Ref: "main",
+				Auth: &autov1alpha1.GitAuth{SSHPrivateKey: secretKey("ssh", "key"), KnownHosts: secretKey("ssh", "known_hosts"),
+					GitHubApp: &autov1alpha1.GitHubAppAuth{AppID: secretKey("app", "id"), InstallationID: secretKey("app", "installation"),
+						PrivateKey: secretKey("app", "key.pem"), APIURL: "https://ghe.example/api/v3"}}}
+		}),
+		opts: func(o *Options) { o.SSHKnownHosts = "ignored" },
+		args: concat(baseArgs, []string{"--git-url=ssh://git@git.example/infra.git", "--git-ref=main"}),
+		env: concat(baseEnv, []corev1.EnvVar{
+			fromSecret("GIT_SSH_PRIVATE_KEY", "ssh", "key"),
+			fromSecret("GIT_SSH_KNOWN_HOSTS", "ssh", "known_hosts"),
+			fromSecret("GITHUB_APP_ID", "app", "id"),
+			fromSecret("GITHUB_APP_INSTALLATION_ID", "app", "installation"),
+			fromSecret("GITHUB_APP_PRIVATE_KEY", "app", "key.pem"),
+			{Name: "GITHUB_APP_API_URL", Value: "https://ghe.example/api/v3"},
+		}),
+	}, {
 		name: "flux source, custom image and port, extra args",
 		ws: workspace(func(ws *autov1alpha1.Workspace) {
 			ws.Spec.Image = "registry.example.com/pulumi-nodejs:3.274.1"

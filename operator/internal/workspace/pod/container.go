@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 // Probe timing. No liveness probe: restarting the container would kill a
@@ -214,7 +215,7 @@ func containerEnv(ws *autov1alpha1.Workspace, opts Options) ([]corev1.EnvVar, er
 		corev1.EnvVar{Name: "PULUMI_SKIP_UPDATE_CHECK", Value: "true"},
 	)
 	if ws.Spec.Git != nil && ws.Spec.Git.Auth != nil {
-		git, err := gitAuthEnv(ws.Spec.Git.Auth)
+		git, err := gitauth.PodEnv(ws.Spec.Git.Auth, opts.SSHKnownHosts)
 		if err != nil {
 			return nil, err
 		}
@@ -242,45 +243,6 @@ func containerEnv(ws *autov1alpha1.Workspace, opts Options) ([]corev1.EnvVar, er
 		env = append(env, corev1.EnvVar{Name: SecretEnvNamesVar, Value: strings.Join(secretNames, ",")})
 	}
 	return env, nil
-}
-
-// gitAuthEnv passes the git credentials to the agent as variables read from
-// their Secrets.
-func gitAuthEnv(auth *autov1alpha1.GitAuth) ([]corev1.EnvVar, error) {
-	type cred struct {
-		env, field string
-		sel        *corev1.SecretKeySelector
-		required   bool
-	}
-	creds := []cred{
-		{"GIT_SSH_PRIVATE_KEY", "sshPrivateKey", auth.SSHPrivateKey, false},
-		{"GIT_USERNAME", "username", auth.Username, false},
-		{"GIT_PASSWORD", "password", auth.Password, false},
-		{"GIT_TOKEN", "token", auth.Token, false},
-	}
-	if app := auth.GitHubApp; app != nil {
-		creds = append(creds,
-			cred{"GITHUB_APP_ID", "githubApp.appID", app.AppID, true},
-			cred{"GITHUB_APP_INSTALLATION_ID", "githubApp.installationID", app.InstallationID, true},
-			cred{"GITHUB_APP_PRIVATE_KEY", "githubApp.privateKey", app.PrivateKey, true},
-		)
-	}
-	var env []corev1.EnvVar
-	var errs []error
-	for _, c := range creds {
-		if c.sel == nil {
-			if c.required {
-				errs = append(errs, fmt.Errorf("spec.git.auth.%s is required", c.field))
-			}
-			continue
-		}
-		if c.sel.Name == "" || c.sel.Key == "" {
-			errs = append(errs, fmt.Errorf("spec.git.auth.%s needs a secret name and key", c.field))
-			continue
-		}
-		env = append(env, secretEnv(c.env, c.sel))
-	}
-	return env, errors.Join(errs...)
 }
 
 // secretEnv is a variable read from a Secret key.

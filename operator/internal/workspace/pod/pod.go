@@ -107,6 +107,10 @@ type Options struct {
 	// the agent redacts their values. A key set that changes rolls the pod,
 	// as the variables themselves change only when the pod restarts.
 	EnvFromSecretKeys map[string][]string
+	// SSHKnownHosts holds the operator's known_hosts lines
+	// (--ssh-known-hosts), given to agents that clone with an SSH key and
+	// no knownHosts of their own.
+	SSHKnownHosts string
 }
 
 // AgentAuth is how the operator authenticates to a workspace agent.
