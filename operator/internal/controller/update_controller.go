@@ -189,7 +189,7 @@ func (r *UpdateReconciler) reconcileWorkspace(ctx context.Context, u *autov1alph
 	var token string
 	if r.Agents.WorkspaceTokens() {
 		var tok corev1.Secret
-		if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: workspace.TokenSecretName(ws.Name)}, &tok); err != nil {
+		if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: workspace.TokenSecretName(&ws)}, &tok); err != nil {
 			return nil, nil, fmt.Errorf("read workspace token: %w", err)
 		}
 		token = string(tok.Data[pod.TokenSecretKey])

@@ -161,14 +161,14 @@ func (r *WorkspaceReconciler) reconcileDelete(ctx context.Context, ws *autov1alp
 
 // reconcileToken makes sure the agent's bearer token Secret exists and
 // belongs to this Workspace (unless the operator authenticates with its own
-// ServiceAccount token). A Secret left by an earlier Workspace of the same
-// name is never reused: the Workspace waits until the garbage collector has
-// deleted it, then gets a new token, so recreating a Workspace rotates it.
+// ServiceAccount token). Its name carries the Workspace's UID, so a
+// recreated Workspace gets a new token; a Secret of that name the Workspace
+// does not control (created by someone else) is never used.
 func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, ws *autov1alpha1.Workspace) (string, error) {
 	if !r.Agents.WorkspaceTokens() {
 		return "", nil
 	}
-	key := types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws.Name)}
+	key := types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws)}
 	var s corev1.Secret
 	err := r.Get(ctx, key, &s)
 	if err == nil {
@@ -203,8 +203,8 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, ws *autov1alph
 type errWaitingTokenSecret struct{ name string }
 
 func (e errWaitingTokenSecret) Error() string {
-	return fmt.Sprintf("agent token Secret %s is not controlled by this Workspace (left by an earlier Workspace of the same name?); "+
-		"waiting for it to be deleted so that a new token is issued", e.name)
+	return fmt.Sprintf("agent token Secret %s is not controlled by this Workspace; "+
+		"waiting for it to be deleted so that the operator issues the token", e.name)
 }
 
 // reconcileAgent reports the runtime's state and, once the agent serves,

@@ -52,15 +52,25 @@ type PodRuntime struct {
 
 var _ Runtime = (*PodRuntime)(nil)
 
-// TokenSecretName is the Secret holding a workspace agent's bearer token.
-func TokenSecretName(workspaceName string) string { return workspaceName + "-agent-token" }
+// TokenSecretName is the Secret holding a workspace agent's bearer token:
+// "<workspace>-agent-token-<first 8 characters of its UID>". The UID makes
+// each Workspace's token its own: a Workspace recreated under the same name
+// gets a new Secret and a new token at once, while its predecessor's is left
+// to the garbage collector (no delete or update right on Secrets needed).
+func TokenSecretName(ws *autov1alpha1.Workspace) string {
+	name := ws.Name + "-agent-token"
+	if uid := string(ws.UID); len(uid) >= 8 {
+		name += "-" + uid[:8]
+	}
+	return name
+}
 
 // Ensure creates or updates the StatefulSet and Service. The pod template is
 // replaced only when its hash (source, image, env, pod shape) changes.
 func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ string) (Status, error) {
 	opts := r.Options
 	if opts.AgentAuth != pod.AgentAuthKube {
-		opts.TokenSecretName = TokenSecretName(ws.Name)
+		opts.TokenSecretName = TokenSecretName(ws)
 	}
 	sts, svc, err := pod.Build(ws, opts)
 	if err != nil {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
 
@@ -47,8 +47,11 @@ func TestPodRuntimeWorkspace(t *testing.T) {
 	if err := cp.Client.Get(ctx, key, &svc); err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Fatalf("headless service: %v %+v", err, svc.Spec)
 	}
+	if err := get(t, ws); err != nil {
+		t.Fatal(err)
+	}
 	var tok corev1.Secret
-	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "in-cluster-agent-token"}, &tok); err != nil || len(tok.Data["token"]) != 64 {
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "in-cluster-agent-token-" + string(ws.UID)[:8]}, &tok); err != nil || len(tok.Data["token"]) != 64 {
 		t.Fatalf("token secret: %v (%d bytes)", err, len(tok.Data["token"]))
 	}
 	c := sts.Spec.Template.Spec.Containers[0]
@@ -101,61 +104,61 @@ func metav1OwnerName(refs []metav1.OwnerReference) string {
 	return ""
 }
 
-// TestPodRuntimeTokenRotatesWithTheWorkspace: the agent token Secret is
-// never reused across Workspaces of the same name. A Secret left by an
-// earlier Workspace (its owner reference names another UID; on a cluster the
-// garbage collector deletes it a moment later) holds the Workspace back with
-// a message saying so; once it is gone, the new Workspace gets a new token.
+// TestPodRuntimeTokenRotatesWithTheWorkspace: the agent token is never
+// reused across Workspaces of one name. Its Secret is named for the
+// Workspace's UID: a recreated Workspace gets a new Secret and a new token
+// at once, and its pod reads that one, although the old Secret is still
+// there (no garbage collector runs here; on a cluster it deletes it).
 func TestPodRuntimeTokenRotatesWithTheWorkspace(t *testing.T) {
 	ns := cp.Namespace(t)
 	startOperator(t, operator.Options{Runtime: operator.RuntimePod, Pod: pod.Options{
 		AgentImage: "stackflow/operator:test", DefaultPulumiImage: "pulumi/pulumi:3.274.1-nonroot",
 	}})
 	ctx := context.Background()
-	key := types.NamespacedName{Namespace: ns, Name: "rot-agent-token"}
-	stale := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, OwnerReferences: []metav1.OwnerReference{{
-		APIVersion: autov1alpha1.GroupVersion.String(), Kind: "Workspace", Name: "rot", UID: "0b5e7e1e-0000-4000-8000-000000000000", Controller: new(true),
-	}}}, StringData: map[string]string{"token": "stale-token-of-an-earlier-workspace"}}
-	if err := cp.Client.Create(ctx, stale); err != nil {
-		t.Fatal(err)
+	// tokenOf waits for ws's token Secret and its StatefulSet, and returns
+	// the token after checking that the pod reads it.
+	tokenOf := func(ws *autov1alpha1.Workspace) string {
+		t.Helper()
+		var s corev1.Secret
+		key := types.NamespacedName{Namespace: ns, Name: workspace.TokenSecretName(ws)}
+		var sts appsv1.StatefulSet
+		eventually(t, time.Minute, "the token Secret and StatefulSet of the Workspace", func() (bool, error) {
+			if err := cp.Client.Get(ctx, key, &s); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name(ws.Name)}, &sts)
+			if err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			owner := metav1.GetControllerOf(&sts)
+			return owner != nil && owner.UID == ws.UID, nil
+		})
+		if owner := metav1.GetControllerOf(&s); owner == nil || owner.UID != ws.UID {
+			t.Fatalf("token Secret %s is not controlled by the Workspace: %+v", key.Name, owner)
+		}
+		var ref string
+		for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == pod.TokenEnvVar && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				ref = e.ValueFrom.SecretKeyRef.Name
+			}
+		}
+		if ref != key.Name {
+			t.Fatalf("the workspace pod reads its token from %q, want %q", ref, key.Name)
+		}
+		return string(s.Data[pod.TokenSecretKey])
 	}
 	ws := newWorkspace(ns, "rot", "https://example.com/acme/app.git", stackConfig("content", "a"))
 	if err := cp.Client.Create(ctx, ws); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the Workspace to wait for the stale token Secret", func() (bool, error) {
-		if err := get(t, ws); err != nil {
-			return false, err
-		}
-		c := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceReady)
-		return c != nil && strings.Contains(c.Message, "not controlled by this Workspace"), nil
-	})
-	var sts appsv1.StatefulSet
-	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name("rot")}, &sts); !apierrors.IsNotFound(err) {
-		t.Fatalf("StatefulSet created while the token Secret is stale: %v", err)
+	first := tokenOf(ws)
+	if len(first) != 64 {
+		t.Fatalf("token of %d characters, want 64 (256 bits, hex)", len(first))
 	}
 
-	tokenOf := func(uid types.UID) string {
-		var s corev1.Secret
-		eventually(t, time.Minute, "a token Secret controlled by the Workspace", func() (bool, error) {
-			if err := cp.Client.Get(ctx, key, &s); err != nil {
-				return false, client.IgnoreNotFound(err)
-			}
-			owner := metav1.GetControllerOf(&s)
-			return owner != nil && owner.UID == uid, nil
-		})
-		return string(s.Data["token"])
-	}
-	if err := cp.Client.Delete(ctx, stale); err != nil { // what the garbage collector does
-		t.Fatal(err)
-	}
-	first := tokenOf(ws.UID)
-	if len(first) != 64 || first == "stale-token-of-an-earlier-workspace" {
-		t.Fatalf("new token %d characters (stale reused: %v)", len(first), first == "stale-token-of-an-earlier-workspace")
-	}
-
-	// Recreated: the old Workspace goes, the garbage collector (this test)
-	// deletes its token, the new Workspace gets another one.
+	// Recreated: the old Workspace goes (its StatefulSet and token Secret
+	// stay, as no garbage collector runs; the test deletes the StatefulSet,
+	// whose name is not per UID, as the collector would).
 	if err := cp.Client.Delete(ctx, ws); err != nil {
 		t.Fatal(err)
 	}
@@ -163,15 +166,18 @@ func TestPodRuntimeTokenRotatesWithTheWorkspace(t *testing.T) {
 		err := cp.Client.Get(ctx, client.ObjectKeyFromObject(ws), &autov1alpha1.Workspace{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
-	if err := cp.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}}); err != nil {
+	if err := cp.Client.Delete(ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name("rot")}}); err != nil {
 		t.Fatal(err)
 	}
 	again := newWorkspace(ns, "rot", "https://example.com/acme/app.git", stackConfig("content", "a"))
 	if err := cp.Client.Create(ctx, again); err != nil {
 		t.Fatal(err)
 	}
-	if second := tokenOf(again.UID); second == first || len(second) != 64 {
+	if second := tokenOf(again); second == first || len(second) != 64 {
 		t.Fatalf("the recreated Workspace's token is the old one (or malformed: %d characters)", len(second))
+	}
+	if workspace.TokenSecretName(again) == workspace.TokenSecretName(ws) {
+		t.Fatal("both Workspaces use one token Secret name")
 	}
 }
 

@@ -89,8 +89,12 @@ func TestLockdownAsServiceAccount(t *testing.T) {
 			t.Errorf("the workspace pod gets %s under kube auth", pod.TokenEnvVar)
 		}
 	}
+	var tenantWS autov1alpha1.Workspace
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "tenant"}, &tenantWS); err != nil {
+		t.Fatal(err)
+	}
 	var tok corev1.Secret
-	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: workspace.TokenSecretName("tenant")}, &tok); !apierrors.IsNotFound(err) {
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: workspace.TokenSecretName(&tenantWS)}, &tok); !apierrors.IsNotFound(err) {
 		t.Errorf("agent token Secret under kube auth: err = %v, want NotFound", err)
 	}
 

@@ -316,8 +316,12 @@ func assertNowhere(t *testing.T, ns string, s *pulumiv1.Stack, root string, valu
 	}
 	texts["agent log"] = string(b)
 	// The workspace agent's bearer token is never logged or reported either.
+	var ws autov1alpha1.Workspace
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Name}, &ws); err != nil {
+		t.Fatal(err)
+	}
 	var tok corev1.Secret
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: workspace.TokenSecretName(s.Name)}, &tok); err != nil || len(tok.Data["token"]) == 0 {
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: workspace.TokenSecretName(&ws)}, &tok); err != nil || len(tok.Data["token"]) == 0 {
 		t.Fatalf("the workspace's agent token Secret: %v", err)
 	}
 	values = append(values[:len(values):len(values)], string(tok.Data["token"]))
