@@ -185,30 +185,31 @@ func (r *PodRuntime) podHealth(ctx context.Context, ws *autov1alpha1.Workspace, 
 // none (the pod cannot have read it).
 func (r *PodRuntime) secretValues(ctx context.Context, namespace string, names []string) ([]string, error) {
 	var values []string
-	for _, name := range names {
-		var s corev1.Secret
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			// Without the values the message cannot be shown safely.
-			return nil, fmt.Errorf("read secret %s to redact the workspace pod's message: %w", name, err)
-		}
-		for _, v := range s.Data {
-			values = append(values, string(v))
-		}
-		for _, v := range s.StringData {
-			values = append(values, v)
-		}
-	}
-	return values, nil
+	// Without the values the message cannot be shown safely.
+	err := r.eachSecret(ctx, namespace, names, "to redact the workspace pod's message", func(name, key, value string) {
+		values = append(values, value)
+	})
+	return values, err
 }
 
-// secretKeys are the keys of the named Secrets; a missing Secret has none
-// (the kubelet will not start the pod, or the reference is optional).
+// secretKeys are the keys of the named Secrets, sorted (a stable pod template
+// hash); a missing Secret has none (the kubelet will not start the pod, or
+// the reference is optional).
 func (r *PodRuntime) secretKeys(ctx context.Context, namespace string, names []string) (map[string][]string, error) {
 	keys := map[string][]string{}
+	err := r.eachSecret(ctx, namespace, names, "to redact the variables of envFrom", func(name, key, _ string) {
+		keys[name] = append(keys[name], key)
+	})
+	for _, k := range keys {
+		slices.Sort(k)
+	}
+	return keys, err
+}
+
+// eachSecret reads the named Secrets by name (uncached) and calls f for each
+// key and value; Secrets that do not exist are skipped. why says, in an
+// error, what the Secret was read for.
+func (r *PodRuntime) eachSecret(ctx context.Context, namespace string, names []string, why string, f func(name, key, value string)) error {
 	for _, name := range names {
 		var s corev1.Secret
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s)
@@ -216,17 +217,16 @@ func (r *PodRuntime) secretKeys(ctx context.Context, namespace string, names []s
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read the keys of envFrom secret %s (to redact their variables): %w", name, err)
+			return fmt.Errorf("read secret %s %s: %w", name, why, err)
 		}
-		for k := range s.Data {
-			keys[name] = append(keys[name], k)
+		for k, v := range s.Data {
+			f(name, k, string(v))
 		}
-		for k := range s.StringData {
-			keys[name] = append(keys[name], k)
+		for k, v := range s.StringData {
+			f(name, k, v)
 		}
-		slices.Sort(keys[name]) // a stable pod template hash
 	}
-	return keys, nil
+	return nil
 }
 
 // Remove leaves deletion to the garbage collector: the StatefulSet and Service
