@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 func main() {
@@ -77,7 +78,11 @@ func main() {
 	log := stdr.New(nil).WithName("agent")
 	stdr.SetVerbosity(int(logLevel))
 	opts.LogLevel = logLevel
-	opts.Source.GitAuth = agent.GitAuthFromEnv()
+	creds, err := gitauth.FromEnv(os.Getenv)
+	if err != nil {
+		fail(log, term, &agent.PrepareError{Reason: agent.ReasonSourceUnavailable, Err: err})
+	}
+	opts.Source.GitAuth = creds
 	opts.SecretEnv = strings.Split(secretEnv, ",")
 	if names := os.Getenv(agent.SecretEnvNamesEnv); names != "" {
 		opts.SecretEnv = append(opts.SecretEnv, strings.Split(names, ",")...)

@@ -12,7 +12,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
 )
 
 // config is the command line: the operator's options and the manager's
@@ -27,6 +30,9 @@ type config struct {
 	agentEnv          string
 	webhookSecretFile string
 	watchNamespaces   string
+	workspaceAuth     string
+	podSecurity       string
+	sshKnownHostsFile string
 }
 
 // parseFlags parses args (without the program name) into a config.
@@ -37,6 +43,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&opts.Pod.AgentImage, "agent-image", "ghcr.io/stackflow-io/stackflow-operator:latest", "image holding the agent at /agent (pod runtime)")
 	fs.StringVar(&opts.Pod.DefaultPulumiImage, "pulumi-image", "pulumi/pulumi:3.274.1-nonroot", "workspace image when spec.image is empty (pod runtime)")
 	fs.BoolVar(&opts.Pod.AddressByPodIP, "workspace-address-pod-ip", false, "reach workspace agents at their pod IPs instead of their headless Services' DNS names, for an operator outside the cluster DNS (pod runtime)")
+	fs.StringVar(&c.workspaceAuth, "workspace-auth", string(pod.AgentAuthToken), `how the operator authenticates to workspace agents (pod runtime): "token" (a random token per Workspace in the Secret <workspace>-agent-token-<uid>, new when the Workspace is recreated) or "kube" (the operator's ServiceAccount token from --workspace-token-file, checked by the agent with a TokenReview and a SubjectAccessReview for "use" on workspaces/rpc; the workspace ServiceAccount needs the ClusterRole system:auth-delegator)`)
+	fs.StringVar(&opts.AgentTokenFile, "workspace-token-file", "/var/run/secrets/stackflow/agent/token", "with --workspace-auth=kube: the operator's ServiceAccount token for agents, a projected token volume with the --workspace-token-audience audience (re-read every minute, as the kubelet rotates it)")
+	fs.StringVar(&opts.Pod.KubeAudience, "workspace-token-audience", pod.DefaultKubeAudience, "with --workspace-auth=kube: the token audience agents accept")
+	fs.StringVar(&opts.Pod.DefaultServiceAccount, "default-workspace-service-account", "", `lockdown: the workspace pods' ServiceAccount when a Stack names none (spec.serviceAccountName); default "default" of the Stack's namespace`)
+	fs.StringVar(&c.podSecurity, "pod-security-enforcement", "off", `lockdown: refuse workspace pods that the Pod Security level of their namespace forbids, with the reason on the Stack (Stalled, PodSecurityForbidden) instead of pods the API server will not create: "off", "namespace" (its pod-security.kubernetes.io/enforce label; unlabelled = privileged), or a floor "baseline" / "restricted" (the stricter of it and the label)`)
 	fs.StringVar(&opts.LocalRoot, "local-root", "", "directory holding the local runtime's workspaces")
 	fs.StringVar(&opts.AgentBinary, "agent-binary", "", "agent executable for the local runtime")
 	fs.StringVar(&opts.PulumiRoot, "pulumi-root", "", "directory holding bin/pulumi for local agents (default: pulumi from PATH)")
@@ -54,6 +65,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&c.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhook's secret; without it the webhook is off (a file that cannot be read is an error)")
 	fs.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
 	fs.DurationVar(&opts.SecretPollInterval, "secret-poll-interval", controller.DefaultSecretPoll, "how often an up-to-date Stack re-reads the Secrets it refers to: Secrets are read by name, never watched (least privilege), so a rotated Secret is deployed within this interval")
+	fs.StringVar(&c.sshKnownHostsFile, "ssh-known-hosts", "", "known_hosts file (OpenSSH format, e.g. from ssh-keyscan) verifying the host keys of SSH git servers for every Stack whose spec.gitAuth.sshAuth.knownHosts is unset, in branch resolution and in workspace clones (both runtimes); without it and without knownHosts, SSH sources fail: host keys are never accepted unverified")
 	fs.StringVar(&c.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
 	fs.StringVar(&c.metrics.Addr, "metrics-bind-address", ":8080", "address serving Prometheus metrics at /metrics, on every replica (0 disables)")
 	fs.StringVar(&c.metrics.Auth, "metrics-auth", operator.MetricsAuthKube, `who may read /metrics: "kube" (HTTPS; a bearer token passing a TokenReview whose user may get the non-resource URL /metrics, e.g. bound to the ClusterRole stackflow-metrics-reader) or "none" (plain HTTP, anyone)`)
@@ -84,6 +96,20 @@ func (c *config) resolve(log logr.Logger) error {
 			return fmt.Errorf("invalid leader election flags: %w", err)
 		}
 	}
+	switch auth := pod.AgentAuth(c.workspaceAuth); auth {
+	case pod.AgentAuthToken, pod.AgentAuthKube:
+		c.opts.Pod.AgentAuth = auth
+	default:
+		return fmt.Errorf("--workspace-auth=%s: use token or kube", c.workspaceAuth)
+	}
+	if c.opts.Pod.AgentAuth == pod.AgentAuthKube && c.opts.Runtime == operator.RuntimeLocal {
+		return errors.New("--workspace-auth=kube needs --workspace-runtime=pod (local agents always use a token)")
+	}
+	mode, err := podsecurity.ParseMode(c.podSecurity)
+	if err != nil {
+		return fmt.Errorf("--pod-security-enforcement: %w", err)
+	}
+	c.opts.PodSecurity = mode
 	c.opts.AgentEnv = map[string]string{}
 	for _, kv := range strings.Split(c.agentEnv, ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -95,6 +121,18 @@ func (c *config) resolve(log logr.Logger) error {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			c.opts.WatchNamespaces = append(c.opts.WatchNamespaces, ns)
 		}
+	}
+	if c.sshKnownHostsFile != "" {
+		b, err := os.ReadFile(c.sshKnownHostsFile)
+		if err != nil {
+			return fmt.Errorf("read the SSH known_hosts file (--ssh-known-hosts): %w", err)
+		}
+		if _, err := gitauth.HostKeyCallback(string(b)); err != nil {
+			return fmt.Errorf("--ssh-known-hosts=%s: %w", c.sshKnownHostsFile, err)
+		}
+		c.opts.SSHKnownHosts = string(b)
+	} else {
+		log.Info("No operator-wide SSH known_hosts (--ssh-known-hosts): SSH git sources need spec.gitAuth.sshAuth.knownHosts")
 	}
 	return c.resolveWebhook(log)
 }

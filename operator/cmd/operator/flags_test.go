@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
 )
 
 // resolveArgs parses and resolves args as main does, returning the config,
@@ -152,5 +154,74 @@ func TestDefaultInstallArgs(t *testing.T) {
 	}
 	if c.opts.WebhookAddr != "" || !strings.Contains(strings.Join(lines, "\n"), "Push webhook disabled") {
 		t.Errorf("default install: webhook %q, log %q; want it off and said so", c.opts.WebhookAddr, lines)
+	}
+}
+
+func TestWorkspaceAuthAndLockdownFlags(t *testing.T) {
+	c, _, err := resolveArgs(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.opts.Pod.AgentAuth != pod.AgentAuthToken || c.opts.PodSecurity != podsecurity.ModeOff || c.opts.Pod.DefaultServiceAccount != "" {
+		t.Errorf("defaults: auth %q, pod security %q, default SA %q; want token, off, none", c.opts.Pod.AgentAuth, c.opts.PodSecurity, c.opts.Pod.DefaultServiceAccount)
+	}
+	c, _, err = resolveArgs(t, "--workspace-auth=kube", "--pod-security-enforcement=restricted", "--default-workspace-service-account=workspace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.opts.Pod.AgentAuth != pod.AgentAuthKube || c.opts.PodSecurity != podsecurity.ModeRestricted || c.opts.Pod.DefaultServiceAccount != "workspace" ||
+		c.opts.AgentTokenFile != "/var/run/secrets/stackflow/agent/token" || c.opts.Pod.KubeAudience != pod.DefaultKubeAudience {
+		t.Errorf("lockdown flags not applied: %+v", c.opts)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workspace-auth=mtls"}, "--workspace-auth=mtls: use token or kube"},
+		{[]string{"--workspace-auth=kube", "--workspace-runtime=local"}, "--workspace-auth=kube needs --workspace-runtime=pod"},
+		{[]string{"--pod-security-enforcement=strict"}, "not one of off, namespace, baseline, restricted"},
+	} {
+		if _, _, err := resolveArgs(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestSSHKnownHosts: --ssh-known-hosts is read and checked at start; a
+// missing or malformed file is an error naming the flag; without it a line
+// says what SSH Stacks then need.
+func TestSSHKnownHosts(t *testing.T) {
+	c, lines, err := resolveArgs(t)
+	if err != nil || c.opts.SSHKnownHosts != "" || !strings.Contains(strings.Join(lines, "\n"), "spec.gitAuth.sshAuth.knownHosts") {
+		t.Fatalf("default: %q, %v, lines %q", c.opts.SSHKnownHosts, err, lines)
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "known_hosts")
+	const line = "github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+	if err := os.WriteFile(good, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err = resolveArgs(t, "--ssh-known-hosts="+good); err != nil || c.opts.SSHKnownHosts != line {
+		t.Fatalf("file: %q, %v", c.opts.SSHKnownHosts, err)
+	}
+	if _, _, err := resolveArgs(t, "--ssh-known-hosts="+filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "--ssh-known-hosts") {
+		t.Fatalf("missing file: %v, want an error naming the flag", err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("github.com ssh-ed25519 not-base64!\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := resolveArgs(t, "--ssh-known-hosts="+bad); err == nil || !strings.Contains(err.Error(), "--ssh-known-hosts="+bad) {
+		t.Fatalf("malformed file: %v, want an error naming the flag", err)
+	}
+	var help strings.Builder
+	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+	fs.SetOutput(&help)
+	if _, err := parseFlags(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	fs.PrintDefaults()
+	if !strings.Contains(help.String(), "-ssh-known-hosts") || !strings.Contains(help.String(), "never accepted unverified") {
+		t.Fatalf("--help does not document --ssh-known-hosts:\n%s", help.String())
 	}
 }

@@ -7,7 +7,7 @@
 // RunRetention), event streaming, cancellation, and recovery of locks left by
 // killed runs.
 //
-// It imports the generated agent API, the Pulumi Automation API, go-git and
-// Kubernetes client libraries (for TokenReview authentication); never the
+// It imports the generated agent API, the Pulumi Automation API, go-git,
+// gitauth (credentials from the environment) and Kubernetes client libraries (for TokenReview authentication); never the
 // operator's controllers.
 package agent

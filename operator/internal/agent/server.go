@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
@@ -112,7 +113,8 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	log.Info("Fetched program source", "revision", fetched.Revision, "dir", fetched.ProgramDir)
 
 	red := newRedactor()
-	red.add(opts.Source.GitAuth.Token, opts.Source.GitAuth.Password, opts.Source.GitAuth.SSHPrivateKey)
+	red.add(opts.Source.GitAuth.Secrets()...)
+	red.add(gitauth.DefaultAppTokens.Issued()...) // the clone's installation token
 	for _, name := range opts.SecretEnv {
 		red.add(os.Getenv(name), opts.Env[name])
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 
-	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 // Source says where the program comes from. Exactly one of GitURL, ArtifactURL
@@ -30,7 +30,9 @@ type Source struct {
 	GitURL     string
 	GitRef     string // commit SHA, branch or tag
 	GitShallow bool
-	GitAuth    GitAuth
+	// GitAuth holds the git credentials (gitauth.FromEnv in the agent).
+	// Values are secrets: never logged.
+	GitAuth gitauth.Credentials
 
 	ArtifactURL    string
 	ArtifactDigest string // "sha256:<hex>"
@@ -78,21 +80,6 @@ func newArtifactClient(dial, tlsHandshake, header, total time.Duration) *http.Cl
 	}
 }
 
-// GitAuth holds git credentials (the same shape the operator resolves
-// branches with). Values are secrets: never logged.
-type GitAuth = gitresolve.Auth
-
-// GitAuthFromEnv reads git credentials from the environment variables the pod
-// runtime sets from Secrets.
-func GitAuthFromEnv() GitAuth {
-	return GitAuth{
-		Token:         os.Getenv("GIT_TOKEN"),
-		Username:      os.Getenv("GIT_USERNAME"),
-		Password:      os.Getenv("GIT_PASSWORD"),
-		SSHPrivateKey: os.Getenv("GIT_SSH_PRIVATE_KEY"),
-	}
-}
-
 // Fetched is a program ready on disk.
 type Fetched struct {
 	// ProgramDir holds Pulumi.yaml.
@@ -137,9 +124,13 @@ func subdir(root, dir string) (string, error) {
 }
 
 func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
-	auth, err := src.GitAuth.Method()
+	auth, err := src.GitAuth.Method(ctx, nil)
 	if err != nil {
-		return Fetched{}, sourceUnavailable(fmt.Errorf("git credentials for %s: %w", redactURL(src.GitURL), err))
+		err = fmt.Errorf("git credentials for %s: %w", redactURL(src.GitURL), err)
+		if gitauth.IsPermanent(err) {
+			return Fetched{}, sourceUnavailable(err)
+		}
+		return Fetched{}, err // GitHub unreachable, failing or throttling: may pass
 	}
 	if src.GitRef == "" {
 		return Fetched{}, sourceUnavailable(fmt.Errorf("git source %s: no ref (commit or branch) given", redactURL(src.GitURL)))
@@ -224,7 +215,7 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 // isSourceRefused: the remote answered that the repository does not exist or
 // refused the credentials (as opposed to a network failure).
 func isSourceRefused(err error) bool {
-	return isAuthError(err) || errors.Is(err, transport.ErrRepositoryNotFound) || errors.Is(err, transport.ErrEmptyRemoteRepository)
+	return isAuthError(err) || gitauth.IsPermanent(err) || errors.Is(err, transport.ErrRepositoryNotFound) || errors.Is(err, transport.ErrEmptyRemoteRepository)
 }
 
 func isAuthError(err error) bool {

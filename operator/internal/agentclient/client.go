@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -25,10 +26,25 @@ import (
 type Pool struct {
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// tokens, when set, authenticates every call (the operator's own
+	// ServiceAccount token) instead of a per-workspace token.
+	tokens TokenSource
 }
 
-// NewPool returns an empty pool.
+// NewPool returns an empty pool authenticating with each workspace's own
+// token (Get's token argument).
 func NewPool() *Pool { return &Pool{conns: map[string]*grpc.ClientConn{}} }
+
+// NewSourcePool returns an empty pool authenticating every call with a token
+// from src, read per call (so a rotated token is used as soon as it is
+// there); Get's token argument is ignored.
+func NewSourcePool(src TokenSource) *Pool {
+	return &Pool{conns: map[string]*grpc.ClientConn{}, tokens: src}
+}
+
+// WorkspaceTokens reports whether callers must pass each workspace's own
+// token to Get (false: the pool has its own token source).
+func (p *Pool) WorkspaceTokens() bool { return p.tokens == nil }
 
 type bearer string
 
@@ -50,11 +66,24 @@ const (
 	KeepaliveTimeout = 10 * time.Second
 )
 
+// sourced authenticates each call with a token read from a TokenSource.
+type sourced struct{ src TokenSource }
+
+func (s sourced) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	tok, err := s.src.Token()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"authorization": "Bearer " + tok}, nil
+}
+
+func (sourced) RequireTransportSecurity() bool { return false }
+
 // dialOptions are the options of every agent connection.
-func dialOptions(token string) []grpc.DialOption {
+func dialOptions(creds credentials.PerRPCCredentials) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer(token)),
+		grpc.WithPerRPCCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: ConnectTimeout}),
 		// Pings only while calls are in flight: an idle pooled connection
 		// costs the agent nothing.
@@ -62,16 +91,23 @@ func dialOptions(token string) []grpc.DialOption {
 	}
 }
 
-// Get returns a client for the agent at address, authenticating with token.
+// Get returns a client for the agent at address, authenticating with token
+// (or, in a NewSourcePool, with the pool's token source).
 func (p *Pool) Get(address, token string) (agentv1.AgentClient, error) {
-	sum := sha256.Sum256([]byte(token))
-	key := address + "/" + hex.EncodeToString(sum[:8])
+	var key string
+	var creds credentials.PerRPCCredentials
+	if p.tokens != nil {
+		key, creds = address+"/source", sourced{p.tokens}
+	} else {
+		sum := sha256.Sum256([]byte(token))
+		key, creds = address+"/"+hex.EncodeToString(sum[:8]), bearer(token)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if cc, ok := p.conns[key]; ok {
 		return agentv1.NewAgentClient(cc), nil
 	}
-	cc, err := grpc.NewClient(address, dialOptions(token)...)
+	cc, err := grpc.NewClient(address, dialOptions(creds)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to agent at %s: %w", address, err)
 	}

@@ -6,6 +6,6 @@
 // holding a worker).
 //
 // It imports the operator API, the agent API and client, the workspace
-// runtimes, the artifact store, git resolution, the stack policies and
-// controller-runtime.
+// runtimes, the artifact store, git credentials and resolution, the stack
+// policies and controller-runtime.
 package controller

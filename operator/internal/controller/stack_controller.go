@@ -25,6 +25,7 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
 	"github.com/stackflow-io/stackflow/operator/internal/stack"
 )
@@ -58,7 +59,7 @@ func fluxObjectKey(o client.Object) string {
 }
 
 // BranchResolver resolves a branch head; gitresolve.Branch in production.
-type BranchResolver func(ctx context.Context, url, branch string, auth gitresolve.Auth) (string, error)
+type BranchResolver func(ctx context.Context, url, branch string, auth gitauth.Credentials) (string, error)
 
 // StackReconciler keeps Stacks up to date by deriving a Workspace and running
 // Updates in it, following the pure decisions of package stack.
@@ -88,6 +89,9 @@ type StackReconciler struct {
 	// Secrets reads them again, so a rotated value is deployed: Secrets are
 	// read from the API server, never watched. Default DefaultSecretPoll.
 	SecretPollInterval time.Duration
+	// SSHKnownHosts holds the operator's known_hosts lines (--ssh-known-hosts),
+	// verifying SSH host keys for Stacks that name no knownHosts of their own.
+	SSHKnownHosts string
 }
 
 // DefaultSecretPoll is how often a Stack re-reads its Secrets by default.
@@ -245,6 +249,12 @@ func referencedSecrets(s *pulumiv1.Stack) []string {
 			if ga.SSHAuth != nil {
 				add(&ga.SSHAuth.SSHPrivateKey)
 				add(ga.SSHAuth.Password)
+				add(ga.SSHAuth.KnownHosts)
+			}
+			if app := ga.GitHubApp; app != nil {
+				add(&app.AppID)
+				add(&app.InstallationID)
+				add(&app.PrivateKey)
 			}
 		}
 		if s.Spec.GitAuthSecret != "" {
@@ -368,6 +378,9 @@ func (r *StackReconciler) reconcileFinalizer(ctx context.Context, sc *stackScope
 
 // reconcileSource resolves the revision to deploy.
 func (r *StackReconciler) reconcileSource(ctx context.Context, sc *stackScope) error {
+	if err := stack.CrossNamespaceRefs(sc.stack); err != nil {
+		return r.classifySourceError(sc.stack, err)
+	}
 	src, err := r.resolveSource(ctx, sc.stack)
 	if err != nil {
 		return r.classifySourceError(sc.stack, err)

@@ -14,6 +14,7 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
 	"github.com/stackflow-io/stackflow/operator/internal/stack"
 )
@@ -117,69 +118,45 @@ func (r *StackReconciler) resolveSource(ctx context.Context, s *pulumiv1.Stack) 
 }
 
 func (r *StackReconciler) gitSource(ctx context.Context, s *pulumiv1.Stack, commit string) (stack.Source, error) {
-	auth, err := stack.GitAuth(s)
+	auth, err := r.gitAuth(ctx, s)
 	if err != nil {
 		return stack.Source{}, err
-	}
-	if auth == nil && s.Spec.GitAuthSecret != "" {
-		if auth, err = r.legacyGitAuth(ctx, s); err != nil {
-			return stack.Source{}, err
-		}
 	}
 	return stack.Source{GitURL: s.Spec.ProjectRepo, Commit: commit, Dir: s.Spec.RepoDir, Shallow: s.Spec.Shallow, GitAuth: auth, Revision: commit}, nil
 }
 
-// legacyGitAuth maps the deprecated gitAuthSecret (keys accessToken, or
-// username and password, or sshPrivateKey with optional password).
-func (r *StackReconciler) legacyGitAuth(ctx context.Context, s *pulumiv1.Stack) (*autov1alpha1.GitAuth, error) {
+// gitAuth maps spec.gitAuth, or else the deprecated gitAuthSecret, to the
+// Workspace's Secret references (gitauth).
+func (r *StackReconciler) gitAuth(ctx context.Context, s *pulumiv1.Stack) (*autov1alpha1.GitAuth, error) {
+	auth, err := stack.GitAuth(s)
+	if err != nil || auth != nil || s.Spec.GitAuthSecret == "" {
+		return auth, err
+	}
 	sec, err := r.secret(ctx, s.Namespace, s.Spec.GitAuthSecret)
 	if err != nil {
 		return nil, err
 	}
-	sel := func(key string) *corev1.SecretKeySelector {
-		if _, ok := sec.Data[key]; !ok {
-			return nil
-		}
-		return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: sec.Name}, Key: key}
+	if auth, err = gitauth.FromLegacySecret(sec.Name, sec.Data); err != nil {
+		return nil, &sourceError{msg: err.Error()}
 	}
-	a := &autov1alpha1.GitAuth{Token: sel("accessToken"), Username: sel("username"), Password: sel("password"), SSHPrivateKey: sel("sshPrivateKey")}
-	if a.Token == nil && a.Username == nil && a.SSHPrivateKey == nil {
-		return nil, sourceErrorf("gitAuthSecret %s has none of the keys accessToken, username/password, sshPrivateKey", sec.Name)
-	}
-	return a, nil
+	return auth, nil
 }
 
 // gitCredentials reads the git credentials the operator needs to resolve a
-// branch.
-func (r *StackReconciler) gitCredentials(ctx context.Context, s *pulumiv1.Stack) (gitresolve.Auth, error) {
-	ga, err := stack.GitAuth(s)
+// branch, with the operator's known_hosts when the Stack names none.
+func (r *StackReconciler) gitCredentials(ctx context.Context, s *pulumiv1.Stack) (gitauth.Credentials, error) {
+	ga, err := r.gitAuth(ctx, s)
 	if err != nil {
-		return gitresolve.Auth{}, err
+		return gitauth.Credentials{}, err
 	}
-	if ga == nil && s.Spec.GitAuthSecret != "" {
-		if ga, err = r.legacyGitAuth(ctx, s); err != nil {
-			return gitresolve.Auth{}, err
-		}
-	}
-	if ga == nil {
-		return gitresolve.Auth{}, nil
-	}
-	read := func(sel *corev1.SecretKeySelector) (string, error) {
-		if sel == nil {
-			return "", nil
-		}
+	c, err := gitauth.Read(ga, r.SSHKnownHosts, func(sel *corev1.SecretKeySelector) (string, error) {
 		return r.secretKey(ctx, s.Namespace, sel.Name, sel.Key)
+	})
+	var unusable *gitauth.CredentialsError
+	if errors.As(err, &unusable) {
+		return c, &sourceError{msg: err.Error()}
 	}
-	var a gitresolve.Auth
-	for _, f := range []struct {
-		dst *string
-		sel *corev1.SecretKeySelector
-	}{{&a.Token, ga.Token}, {&a.Username, ga.Username}, {&a.Password, ga.Password}, {&a.SSHPrivateKey, ga.SSHPrivateKey}} {
-		if *f.dst, err = read(f.sel); err != nil {
-			return gitresolve.Auth{}, err
-		}
-	}
-	return a, nil
+	return c, err
 }
 
 // fluxSource reads a Flux source object's artifact.

@@ -33,6 +33,7 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
@@ -185,11 +186,15 @@ func (r *UpdateReconciler) reconcileWorkspace(ctx context.Context, u *autov1alph
 		r.notStarted(u, fmt.Sprintf("waiting for workspace %s to be ready", ws.Name))
 		return nil, &ctrl.Result{}, nil
 	}
-	var tok corev1.Secret
-	if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: workspace.TokenSecretName(ws.Name)}, &tok); err != nil {
-		return nil, nil, fmt.Errorf("read workspace token: %w", err)
+	var token string
+	if r.Agents.WorkspaceTokens() {
+		var tok corev1.Secret
+		if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: workspace.TokenSecretName(&ws)}, &tok); err != nil {
+			return nil, nil, fmt.Errorf("read workspace token: %w", err)
+		}
+		token = string(tok.Data[pod.TokenSecretKey])
 	}
-	agent, err := r.Agents.Get(ws.Status.Address, string(tok.Data["token"]))
+	agent, err := r.Agents.Get(ws.Status.Address, token)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -129,6 +130,12 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}
 	token, err := r.reconcileToken(ctx, ws)
+	var waiting errWaitingTokenSecret
+	if errors.As(err, &waiting) {
+		setCondition(&ws.Status.Conditions, ws.Generation, autov1alpha1.WorkspaceReady, metav1.ConditionFalse,
+			autov1alpha1.WorkspaceReasonInitializing, waiting.Error())
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -152,13 +159,23 @@ func (r *WorkspaceReconciler) reconcileDelete(ctx context.Context, ws *autov1alp
 	return nil
 }
 
-// reconcileToken makes sure the agent's bearer token Secret exists.
+// reconcileToken makes sure the agent's bearer token Secret exists and
+// belongs to this Workspace (unless the operator authenticates with its own
+// ServiceAccount token). Its name carries the Workspace's UID, so a
+// recreated Workspace gets a new token; a Secret of that name the Workspace
+// does not control (created by someone else) is never used.
 func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, ws *autov1alpha1.Workspace) (string, error) {
-	key := types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws.Name)}
+	if !r.Agents.WorkspaceTokens() {
+		return "", nil
+	}
+	key := types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws)}
 	var s corev1.Secret
 	err := r.Get(ctx, key, &s)
 	if err == nil {
-		return string(s.Data["token"]), nil
+		if owner := metav1.GetControllerOf(&s); owner == nil || owner.UID != ws.UID {
+			return "", errWaitingTokenSecret{name: key.Name}
+		}
+		return string(s.Data[pod.TokenSecretKey]), nil
 	}
 	if !apierrors.IsNotFound(err) {
 		return "", err
@@ -168,8 +185,9 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, ws *autov1alph
 		return "", err
 	}
 	s = corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-		Data:       map[string][]byte{"token": []byte(hex.EncodeToString(b))},
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: pod.Labels(ws.Name)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{pod.TokenSecretKey: []byte(hex.EncodeToString(b))},
 	}
 	if err := controllerutil.SetControllerReference(ws, &s, r.Scheme()); err != nil {
 		return "", err
@@ -177,7 +195,16 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, ws *autov1alph
 	if err := r.Create(ctx, &s); err != nil {
 		return "", fmt.Errorf("create agent token secret: %w", err)
 	}
-	return string(s.Data["token"]), nil
+	return string(s.Data[pod.TokenSecretKey]), nil
+}
+
+// errWaitingTokenSecret: the token Secret's name is taken by a Secret this
+// Workspace does not control (an earlier Workspace's, not yet collected).
+type errWaitingTokenSecret struct{ name string }
+
+func (e errWaitingTokenSecret) Error() string {
+	return fmt.Sprintf("agent token Secret %s is not controlled by this Workspace; "+
+		"waiting for it to be deleted so that the operator issues the token", e.name)
 }
 
 // reconcileAgent reports the runtime's state and, once the agent serves,

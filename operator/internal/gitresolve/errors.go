@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
+
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 // UnavailableError: the repository or branch does not exist, or access to it
@@ -44,10 +46,16 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// classify wraps the errors of a listing that retrying will not fix.
+// classify wraps the errors of a listing that retrying will not fix:
+// refused or missing repositories, and credentials that cannot work
+// (gitauth.IsPermanent: an unusable key, an SSH host key matching no
+// known_hosts entry or none configured, GitHub refusing the App).
 func classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	if gitauth.IsPermanent(err) {
+		return &UnavailableError{Err: err}
 	}
 	for _, permanent := range []error{transport.ErrRepositoryNotFound, transport.ErrAuthenticationRequired,
 		transport.ErrAuthorizationFailed, transport.ErrInvalidAuthMethod, transport.ErrEmptyRemoteRepository} {

@@ -2,8 +2,6 @@ package gitresolve
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,6 +12,8 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 var remoteQueries = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -24,7 +24,7 @@ var remoteQueries = prometheus.NewCounterVec(prometheus.CounterOpts{
 func init() { metrics.Registry.MustRegister(remoteQueries) }
 
 // ListFunc lists a repository's branch heads (branch name → commit).
-type ListFunc func(ctx context.Context, url string, auth Auth) (map[string]string, error)
+type ListFunc func(ctx context.Context, url string, auth gitauth.Credentials) (map[string]string, error)
 
 // Shared resolves branches for every Stack of an operator: the references of a
 // repository are listed once per (URL, credentials) per TTL, however many
@@ -68,10 +68,8 @@ func (s *Shared) Queries() int64 {
 	return s.queries
 }
 
-func key(url string, auth Auth) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s", auth.Token, auth.Username, auth.Password, auth.SSHPrivateKey)
-	return NormalizeURL(url) + "#" + hex.EncodeToString(h.Sum(nil))[:16]
+func key(url string, auth gitauth.Credentials) string {
+	return NormalizeURL(url) + "#" + auth.Fingerprint()
 }
 
 // NormalizeURL makes equivalent spellings of a repository URL compare equal
@@ -82,7 +80,7 @@ func NormalizeURL(url string) string {
 }
 
 // Branch returns the head of branch in the repository at url.
-func (s *Shared) Branch(ctx context.Context, url, branch string, auth Auth) (string, error) {
+func (s *Shared) Branch(ctx context.Context, url, branch string, auth gitauth.Credentials) (string, error) {
 	heads, err := s.heads(ctx, url, auth)
 	if err != nil {
 		return "", err
@@ -102,7 +100,7 @@ func (s *Shared) now() time.Time {
 	return time.Now()
 }
 
-func (s *Shared) heads(ctx context.Context, url string, auth Auth) (map[string]string, error) {
+func (s *Shared) heads(ctx context.Context, url string, auth gitauth.Credentials) (map[string]string, error) {
 	k := key(url, auth)
 	for {
 		s.mu.Lock()
@@ -237,11 +235,15 @@ func (s *Shared) InvalidateOnce(url, token string) {
 	s.Invalidate(url)
 }
 
+// Tokens exchanges GitHub App credentials for installation tokens for every
+// listing of the operator (their cache).
+var Tokens = gitauth.DefaultAppTokens
+
 // ListBranches lists a repository's branch heads with ls-remote semantics.
-func ListBranches(ctx context.Context, url string, auth Auth) (map[string]string, error) {
-	m, err := auth.Method()
+func ListBranches(ctx context.Context, url string, auth gitauth.Credentials) (map[string]string, error) {
+	m, err := auth.Method(ctx, Tokens)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list references of %s: %w", url, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
 
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
 
@@ -27,7 +28,7 @@ type counting struct {
 	delay time.Duration
 }
 
-func (c *counting) list(_ context.Context, url string, auth Auth) (map[string]string, error) {
+func (c *counting) list(_ context.Context, url string, auth gitauth.Credentials) (map[string]string, error) {
 	time.Sleep(c.delay)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -66,7 +67,7 @@ func TestSharedOneListingPerRepositoryPerInterval(t *testing.T) {
 				if i%3 == 0 {
 					branch = "refs/heads/release"
 				}
-				sha, err := s.Branch(context.Background(), url, branch, Auth{})
+				sha, err := s.Branch(context.Background(), url, branch, gitauth.Credentials{})
 				prefix := "sha-"
 				if branch != "main" {
 					prefix = "rel-"
@@ -104,7 +105,7 @@ func TestSharedCredentialsAreNotShared(t *testing.T) {
 	fake := &counting{calls: map[string]int{}}
 	s := &Shared{TTL: time.Minute, List: fake.list}
 	for _, tok := range []string{"", "token-a", "token-b", "token-a"} {
-		if _, err := s.Branch(context.Background(), "https://git.example/r", "main", Auth{Token: tok}); err != nil {
+		if _, err := s.Branch(context.Background(), "https://git.example/r", "main", gitauth.Credentials{Token: tok}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,7 +119,7 @@ func TestSharedFailureBacksOffPerRepository(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
 	s := &Shared{TTL: time.Minute, List: fake.list, Now: clock.now}
 	for range 5 {
-		_, err := s.Branch(context.Background(), "https://git.example/down", "main", Auth{})
+		_, err := s.Branch(context.Background(), "https://git.example/down", "main", gitauth.Credentials{})
 		if err == nil || !strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("err = %v", err)
 		}
@@ -126,17 +127,17 @@ func TestSharedFailureBacksOffPerRepository(t *testing.T) {
 	if got := fake.calls["https://git.example/down|"]; got != 1 {
 		t.Fatalf("a failing repository was listed %d times within its backoff", got)
 	}
-	if _, err := s.Branch(context.Background(), "https://git.example/up", "main", Auth{}); err != nil {
+	if _, err := s.Branch(context.Background(), "https://git.example/up", "main", gitauth.Credentials{}); err != nil {
 		t.Fatalf("another repository suffered from the failing one: %v", err)
 	}
 	clock.t = clock.t.Add(6 * time.Second)
-	_, _ = s.Branch(context.Background(), "https://git.example/down", "main", Auth{})
+	_, _ = s.Branch(context.Background(), "https://git.example/down", "main", gitauth.Credentials{})
 	if got := fake.calls["https://git.example/down|"]; got != 2 {
 		t.Fatalf("after the backoff: %d listings, want 2", got)
 	}
 	delete(fake.fail, "https://git.example/down")
 	clock.t = clock.t.Add(11 * time.Second) // second backoff is 10s
-	if _, err := s.Branch(context.Background(), "https://git.example/down", "main", Auth{}); err != nil {
+	if _, err := s.Branch(context.Background(), "https://git.example/down", "main", gitauth.Credentials{}); err != nil {
 		t.Fatalf("recovered repository: %v", err)
 	}
 }
@@ -145,14 +146,14 @@ func TestSharedInvalidate(t *testing.T) {
 	fake := &counting{calls: map[string]int{}}
 	s := &Shared{TTL: time.Hour, List: fake.list}
 	for range 3 {
-		_, _ = s.Branch(context.Background(), "https://git.example/r.git", "main", Auth{Token: "x"})
+		_, _ = s.Branch(context.Background(), "https://git.example/r.git", "main", gitauth.Credentials{Token: "x"})
 	}
 	s.Invalidate("HTTPS://git.example/r/")
-	_, _ = s.Branch(context.Background(), "https://git.example/r.git", "main", Auth{Token: "x"})
+	_, _ = s.Branch(context.Background(), "https://git.example/r.git", "main", gitauth.Credentials{Token: "x"})
 	if got := fake.total(); got != 2 {
 		t.Fatalf("listings = %d, want 2 (one more after Invalidate)", got)
 	}
-	if _, err := s.Branch(context.Background(), "https://git.example/r.git", "nope", Auth{Token: "x"}); err == nil || !strings.Contains(err.Error(), "branch nope not found") {
+	if _, err := s.Branch(context.Background(), "https://git.example/r.git", "nope", gitauth.Credentials{Token: "x"}); err == nil || !strings.Contains(err.Error(), "branch nope not found") {
 		t.Fatalf("missing branch: %v", err)
 	}
 }
@@ -163,14 +164,14 @@ func TestListBranchesRealRepository(t *testing.T) {
 	main := repo.Commit(t, "one", map[string]string{"f": "1"})
 	repo.Branch(t, "feature")
 	feature := repo.Commit(t, "two", map[string]string{"f": "2"})
-	heads, err := ListBranches(context.Background(), repo.URL(), Auth{})
+	heads, err := ListBranches(context.Background(), repo.URL(), gitauth.Credentials{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if heads["main"] != main || heads["feature"] != feature {
 		t.Fatalf("heads = %v, want main=%s feature=%s", heads, main, feature)
 	}
-	if _, err := ListBranches(context.Background(), "file:///nonexistent.git", Auth{}); err == nil {
+	if _, err := ListBranches(context.Background(), "file:///nonexistent.git", gitauth.Credentials{}); err == nil {
 		t.Fatal("listing a missing repository succeeded")
 	}
 }
@@ -186,15 +187,15 @@ func TestSharedClassifiesEvictsAndInvalidatesOnce(t *testing.T) {
 	s := &Shared{TTL: time.Minute, List: fake.list, Now: clock.now}
 	ctx := context.Background()
 
-	_, err := s.Branch(ctx, "gone", "main", Auth{})
+	_, err := s.Branch(ctx, "gone", "main", gitauth.Credentials{})
 	if !IsUnavailable(err) {
 		t.Fatalf("repository not found: %v is not permanent", err)
 	}
-	_, err = s.Branch(ctx, "down", "main", Auth{})
+	_, err = s.Branch(ctx, "down", "main", gitauth.Credentials{})
 	if after, ok := RetryAfter(err); IsUnavailable(err) || !ok || after != 5*time.Second {
 		t.Fatalf("connection refused: %v (retry %s, %v)", err, after, ok)
 	}
-	if _, err := s.Branch(ctx, "up", "missing", Auth{}); !IsUnavailable(err) || !strings.Contains(err.Error(), "branch missing not found") {
+	if _, err := s.Branch(ctx, "up", "missing", gitauth.Credentials{}); !IsUnavailable(err) || !strings.Contains(err.Error(), "branch missing not found") {
 		t.Fatalf("missing branch: %v", err)
 	}
 
@@ -202,7 +203,7 @@ func TestSharedClassifiesEvictsAndInvalidatesOnce(t *testing.T) {
 	base := fake.total()
 	for range 5 {
 		s.InvalidateOnce("up", "push-1")
-		if _, err := s.Branch(ctx, "up", "main", Auth{}); err != nil {
+		if _, err := s.Branch(ctx, "up", "main", gitauth.Credentials{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,20 +211,20 @@ func TestSharedClassifiesEvictsAndInvalidatesOnce(t *testing.T) {
 		t.Fatalf("one push made %d listings, want 1", got)
 	}
 	s.InvalidateOnce("up", "push-2")
-	if _, err := s.Branch(ctx, "up", "main", Auth{}); err != nil || fake.total()-base != 2 {
+	if _, err := s.Branch(ctx, "up", "main", gitauth.Credentials{}); err != nil || fake.total()-base != 2 {
 		t.Fatalf("a second push did not list again (%v)", err)
 	}
 
 	// Eviction: 100 repositories asked once, then only one keeps being used.
 	for i := range 100 {
-		_, _ = s.Branch(ctx, fmt.Sprintf("repo-%d", i), "main", Auth{Token: "t"})
+		_, _ = s.Branch(ctx, fmt.Sprintf("repo-%d", i), "main", gitauth.Credentials{Token: "t"})
 	}
 	if s.Len() < 100 {
 		t.Fatalf("%d listings held", s.Len())
 	}
 	for range 15 {
 		clock.t = clock.t.Add(time.Minute + time.Second)
-		if _, err := s.Branch(ctx, "up", "main", Auth{}); err != nil {
+		if _, err := s.Branch(ctx, "up", "main", gitauth.Credentials{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
 )
 
 // Runtime names.
@@ -62,6 +63,15 @@ type Options struct {
 	// PodClock is the clock of those thresholds (default time.Now; tests
 	// move it).
 	PodClock func() time.Time
+	// PodSecurity is the lockdown check of workspace pods against their
+	// namespace's Pod Security level (default off).
+	PodSecurity podsecurity.Mode
+	// AgentTokenFile holds the operator's ServiceAccount token for agents
+	// when Pod.AgentAuth is pod.AgentAuthKube: a projected token volume
+	// with audience Pod.KubeAudience, re-read as the kubelet rotates it.
+	AgentTokenFile string
+	// AgentTokens, when set, replaces AgentTokenFile (tests).
+	AgentTokens agentclient.TokenSource
 	// LocalRoot, AgentBinary, PulumiRoot and AgentEnv configure the local
 	// runtime.
 	LocalRoot   string
@@ -113,6 +123,11 @@ type Options struct {
 	// OperatorNamespace holds the operator's own objects (the digest key
 	// Secret). Default "default".
 	OperatorNamespace string
+	// SSHKnownHosts holds known_hosts lines (--ssh-known-hosts) verifying
+	// SSH host keys for every Stack and Workspace that names no knownHosts
+	// of its own: in branch resolution and, passed to the agents of both
+	// runtimes, in clones.
+	SSHKnownHosts string
 }
 
 // InputsDigestKeySecret is the Secret (key "key") holding the key of the
@@ -159,17 +174,27 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	var rt workspace.Runtime
 	switch opts.Runtime {
 	case RuntimePod, "":
-		rt = &workspace.PodRuntime{Client: c, Scheme: mgr.GetScheme(), Options: opts.Pod, Health: opts.PodHealth, Now: opts.PodClock}
+		psa, err := podsecurity.New(opts.PodSecurity)
+		if err != nil {
+			return nil, err
+		}
+		podOpts := opts.Pod
+		podOpts.SSHKnownHosts = opts.SSHKnownHosts
+		rt = &workspace.PodRuntime{Client: c, Scheme: mgr.GetScheme(), Options: podOpts, Health: opts.PodHealth, Now: opts.PodClock,
+			PodSecurity: psa, Reader: mgr.GetAPIReader()}
 	case RuntimeLocal:
 		if opts.AgentBinary == "" || opts.LocalRoot == "" {
 			return nil, fmt.Errorf("the local runtime needs an agent binary and a root directory")
 		}
 		rt = &local.Runtime{Root: opts.LocalRoot, AgentBinary: opts.AgentBinary, PulumiRoot: opts.PulumiRoot,
-			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff}
+			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff, SSHKnownHosts: opts.SSHKnownHosts}
 	default:
 		return nil, fmt.Errorf("unknown workspace runtime %q: use pod or local", opts.Runtime)
 	}
-	pool := agentclient.NewPool()
+	pool, err := agentPool(opts)
+	if err != nil {
+		return nil, err
+	}
 	if err := (&controller.WorkspaceReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("workspace-controller"),
 		Runtime: rt, Agents: pool, Workers: opts.WorkspaceWorkers, WatchPods: opts.Runtime != RuntimeLocal,
@@ -193,7 +218,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	}
 	stacks := &controller.StackReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
-		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key,
+		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key, SSHKnownHosts: opts.SSHKnownHosts,
 		SecretPollInterval: opts.SecretPollInterval,
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {
@@ -217,6 +242,29 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		return nil, err
 	}
 	return op, nil
+}
+
+// With --workspace-auth=kube, agents ask the API server whether the operator
+// may "use" their workspaces/rpc (a SubjectAccessReview).
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces/rpc,verbs=use
+
+// agentPool is the pool of agent connections, authenticated per workspace
+// token or with the operator's own ServiceAccount token.
+func agentPool(opts Options) (*agentclient.Pool, error) {
+	if opts.Pod.AgentAuth != pod.AgentAuthKube {
+		return agentclient.NewPool(), nil
+	}
+	if opts.Runtime == RuntimeLocal {
+		return nil, fmt.Errorf("workspace agent auth %q needs the pod runtime (local agents use their own token)", pod.AgentAuthKube)
+	}
+	src := opts.AgentTokens
+	if src == nil {
+		if opts.AgentTokenFile == "" {
+			return nil, fmt.Errorf("workspace agent auth %q needs the operator's token file (--workspace-token-file)", pod.AgentAuthKube)
+		}
+		src = &agentclient.FileToken{Path: opts.AgentTokenFile}
+	}
+	return agentclient.NewSourcePool(src), nil
 }
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
@@ -272,8 +320,9 @@ func setupWebhook(mgr ctrl.Manager, opts Options, stacks *controller.StackReconc
 	}
 	log := ctrl.Log.WithName("webhook")
 	receiver := &webhook.GitHub{
-		Secret:  []byte(opts.WebhookSecret),
-		Limiter: rate.NewLimiter(rate.Limit(10), 50),
+		Secret:     []byte(opts.WebhookSecret),
+		Limiter:    rate.NewLimiter(rate.Limit(10), 50),
+		Deliveries: &webhook.Deliveries{},
 		OnPush: func(p webhook.Push) error {
 			// Recorded on the Stacks (any replica may receive it), which the
 			// leader then reconciles.
@@ -291,8 +340,7 @@ func setupWebhook(mgr ctrl.Manager, opts Options, stacks *controller.StackReconc
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/webhooks/github", receiver)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := webhook.NewServer(mux, webhook.DefaultTimeouts)
 	// Every replica serves the webhook (not only the leader): a push is
 	// recorded on the Stacks through the API server.
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {

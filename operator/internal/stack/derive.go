@@ -19,6 +19,7 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 // StackNameLabel marks the Workspace and Updates of a Stack.
@@ -163,56 +164,14 @@ func secretEnv(name, secret, key string) corev1.EnvVar {
 		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}
 }
 
-// GitAuth maps spec.gitAuth to workspace credentials (Secret references only).
+// GitAuth maps spec.gitAuth to workspace credentials (Secret references
+// only); a reference it cannot map is a SpecError.
 func GitAuth(s *pulumiv1.Stack) (*autov1alpha1.GitAuth, error) {
-	if s.Spec.GitSource == nil || s.Spec.GitAuth == nil {
-		return nil, nil
+	ga, err := gitauth.FromStack(s)
+	if err != nil {
+		return nil, &SpecError{Msg: err.Error()}
 	}
-	sel := func(what string, r *pulumiv1.ResourceRef) (*corev1.SecretKeySelector, error) {
-		if r == nil {
-			return nil, nil
-		}
-		if r.SelectorType != pulumiv1.ResourceSelectorSecret || r.SecretRef == nil {
-			return nil, specErrorf("gitAuth %s: only type Secret is supported, got %s", what, r.SelectorType)
-		}
-		return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.SecretRef.Name}, Key: r.SecretRef.Key}, nil
-	}
-	ga := s.Spec.GitAuth
-	out := &autov1alpha1.GitAuth{}
-	var err error
-	if out.Token, err = sel("accessToken", ga.PersonalAccessToken); err != nil {
-		return nil, err
-	}
-	if ga.BasicAuth != nil {
-		if out.Username, err = sel("basicAuth.userName", &ga.BasicAuth.UserName); err != nil {
-			return nil, err
-		}
-		if out.Password, err = sel("basicAuth.password", &ga.BasicAuth.Password); err != nil {
-			return nil, err
-		}
-	}
-	if ga.SSHAuth != nil {
-		if out.SSHPrivateKey, err = sel("sshAuth.sshPrivateKey", &ga.SSHAuth.SSHPrivateKey); err != nil {
-			return nil, err
-		}
-		if out.Password, err = sel("sshAuth.password", ga.SSHAuth.Password); err != nil {
-			return nil, err
-		}
-	}
-	if ga.GitHubApp != nil {
-		app := &autov1alpha1.GitHubAppAuth{}
-		if app.AppID, err = sel("githubApp.appID", &ga.GitHubApp.AppID); err != nil {
-			return nil, err
-		}
-		if app.InstallationID, err = sel("githubApp.installationID", &ga.GitHubApp.InstallationID); err != nil {
-			return nil, err
-		}
-		if app.PrivateKey, err = sel("githubApp.privateKey", &ga.GitHubApp.PrivateKey); err != nil {
-			return nil, err
-		}
-		out.GitHubApp = app
-	}
-	return out, nil
+	return ga, nil
 }
 
 // Workspace derives the Stack's Workspace: source, stack configuration,

@@ -3,6 +3,6 @@
 // an injected clock), and the Workspace and Update a Stack turns into
 // (derive.go).
 //
-// It imports the operator API and Kubernetes API machinery only; it reads no
-// cluster state.
+// It imports the operator API, Kubernetes API machinery and gitauth (the
+// mapping of spec.gitAuth) only; it reads no cluster state.
 package stack

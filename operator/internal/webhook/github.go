@@ -1,6 +1,9 @@
 // Package webhook receives git push notifications so a pushed commit deploys in
 // seconds instead of at the next poll: GitHub `push` events, authenticated by
-// their HMAC-SHA256 signature, rate-limited and size-capped.
+// their HMAC-SHA256 signature (checked before anything else is spent on the
+// request, rate-limit budget included), refused when a delivery ID already
+// accepted comes again (a replay), rate-limited, size-capped, and served
+// with read, write and idle timeouts (NewServer).
 //
 // It imports only the standard library and golang.org/x/time/rate.
 package webhook
@@ -41,16 +44,17 @@ type GitHub struct {
 	// OnPush is called for each verified push to a branch; an error answers
 	// 503, so GitHub shows the delivery as failed and it can be redelivered.
 	OnPush func(Push) error
+	// Deliveries remembers accepted delivery IDs (X-GitHub-Delivery, one per
+	// event, kept by redeliveries) to refuse replays; nil remembers nothing.
+	Deliveries *Deliveries
 }
 
-// ServeHTTP verifies and dispatches one delivery.
+// ServeHTTP verifies and dispatches one delivery. The order matters: the
+// signature is checked first, so unsigned requests spend neither the rate
+// limit of real deliveries nor the memory of delivery IDs.
 func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
-		return
-	}
-	if g.Limiter != nil && !g.Limiter.Allow() {
-		http.Error(w, "too many deliveries", http.StatusTooManyRequests)
 		return
 	}
 	max := g.MaxBody
@@ -71,12 +75,35 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "missing or invalid signature", http.StatusUnauthorized)
 		return
 	}
+	id := r.Header.Get("X-GitHub-Delivery")
+	if g.Deliveries != nil {
+		if id == "" || len(id) > maxDeliveryID {
+			http.Error(w, "missing or malformed X-GitHub-Delivery", http.StatusBadRequest)
+			return
+		}
+		if !g.Deliveries.reserve(id) {
+			http.Error(w, "delivery "+id+" was already accepted (a replay?)", http.StatusConflict)
+			return
+		}
+	}
+	accepted := false
+	defer func() {
+		if g.Deliveries != nil && !accepted {
+			g.Deliveries.release(id) // a failed delivery may come again
+		}
+	}()
+	if g.Limiter != nil && !g.Limiter.Allow() {
+		http.Error(w, "too many deliveries", http.StatusTooManyRequests)
+		return
+	}
 	switch r.Header.Get("X-GitHub-Event") {
 	case "ping":
+		accepted = true
 		w.WriteHeader(http.StatusOK)
 		return
 	case "push":
 	default:
+		accepted = true
 		w.WriteHeader(http.StatusNoContent) // signed, but not an event we act on
 		return
 	}
@@ -91,6 +118,7 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	accepted = true
 	w.WriteHeader(http.StatusAccepted)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
 )
 
 // The pod runtime creates and updates the StatefulSet and Service (read from
@@ -27,6 +29,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// With --pod-security-enforcement it reads the workspace's Namespace (its
+// Pod Security labels), by name, uncached.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // PodRuntime runs each workspace as a StatefulSet of one pod behind a headless
 // Service, both owned by the Workspace (deleted with it).
@@ -39,21 +44,59 @@ type PodRuntime struct {
 	Health pod.Thresholds
 	// Now is the clock of the health thresholds; default time.Now.
 	Now func() time.Time
+	// PodSecurity, when enabled, refuses a workspace pod its namespace's Pod
+	// Security level forbids, before creating or changing its StatefulSet.
+	PodSecurity *podsecurity.Checker
+	// Reader reads Namespaces (uncached: no cluster-wide watch) for
+	// PodSecurity.
+	Reader client.Reader
 }
 
 var _ Runtime = (*PodRuntime)(nil)
 
-// TokenSecretName is the Secret holding a workspace agent's bearer token.
-func TokenSecretName(workspaceName string) string { return workspaceName + "-agent-token" }
+// TokenSecretName is the Secret holding a workspace agent's bearer token:
+// "<workspace>-agent-token-<first 8 characters of its UID>". The UID makes
+// each Workspace's token its own: a Workspace recreated under the same name
+// gets a new Secret and a new token at once, while its predecessor's is left
+// to the garbage collector (no delete or update right on Secrets needed).
+func TokenSecretName(ws *autov1alpha1.Workspace) string {
+	name := ws.Name + "-agent-token"
+	if uid := string(ws.UID); len(uid) >= 8 {
+		name += "-" + uid[:8]
+	}
+	return name
+}
 
 // Ensure creates or updates the StatefulSet and Service. The pod template is
 // replaced only when its hash (source, image, env, pod shape) changes.
 func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ string) (Status, error) {
 	opts := r.Options
-	opts.TokenSecretName = TokenSecretName(ws.Name)
+	if opts.AgentAuth != pod.AgentAuthKube {
+		opts.TokenSecretName = TokenSecretName(ws)
+	}
 	sts, svc, err := pod.Build(ws, opts)
 	if err != nil {
 		return Status{Failed: true, Reason: autov1alpha1.WorkspaceReasonSpecInvalid, Message: err.Error()}, nil
+	}
+	// The variables of envFrom Secrets are known from their keys only: read
+	// them, and build again with the agent told to redact those variables.
+	if names := pod.EnvFromSecrets(&sts.Spec.Template.Spec); len(names) > 0 {
+		if opts.EnvFromSecretKeys, err = r.secretKeys(ctx, ws.Namespace, names); err != nil {
+			return Status{}, err
+		}
+		if sts, svc, err = pod.Build(ws, opts); err != nil {
+			return Status{Failed: true, Reason: autov1alpha1.WorkspaceReasonSpecInvalid, Message: err.Error()}, nil
+		}
+	}
+	if r.PodSecurity.Enabled() {
+		var ns corev1.Namespace
+		if err := r.Reader.Get(ctx, types.NamespacedName{Name: ws.Namespace}, &ns); err != nil {
+			return Status{}, fmt.Errorf("read namespace %s for its Pod Security level: %w", ws.Namespace, err)
+		}
+		tmpl := &sts.Spec.Template
+		if v := r.PodSecurity.Check(ws.Namespace, ns.Labels, &tmpl.ObjectMeta, &tmpl.Spec); v != nil {
+			return Status{Failed: true, Reason: autov1alpha1.WorkspaceReasonPodSecurityForbidden, Message: v.Error()}, nil
+		}
 	}
 	if err := controllerutil.SetControllerReference(ws, svc, r.Scheme); err != nil {
 		return Status{}, err
@@ -173,6 +216,31 @@ func (r *PodRuntime) podHealth(ctx context.Context, ws *autov1alpha1.Workspace, 
 // none (the pod cannot have read it).
 func (r *PodRuntime) secretValues(ctx context.Context, namespace string, names []string) ([]string, error) {
 	var values []string
+	// Without the values the message cannot be shown safely.
+	err := r.eachSecret(ctx, namespace, names, "to redact the workspace pod's message", func(name, key, value string) {
+		values = append(values, value)
+	})
+	return values, err
+}
+
+// secretKeys are the keys of the named Secrets, sorted (a stable pod template
+// hash); a missing Secret has none (the kubelet will not start the pod, or
+// the reference is optional).
+func (r *PodRuntime) secretKeys(ctx context.Context, namespace string, names []string) (map[string][]string, error) {
+	keys := map[string][]string{}
+	err := r.eachSecret(ctx, namespace, names, "to redact the variables of envFrom", func(name, key, _ string) {
+		keys[name] = append(keys[name], key)
+	})
+	for _, k := range keys {
+		slices.Sort(k)
+	}
+	return keys, err
+}
+
+// eachSecret reads the named Secrets by name (uncached) and calls f for each
+// key and value; Secrets that do not exist are skipped. why says, in an
+// error, what the Secret was read for.
+func (r *PodRuntime) eachSecret(ctx context.Context, namespace string, names []string, why string, f func(name, key, value string)) error {
 	for _, name := range names {
 		var s corev1.Secret
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s)
@@ -180,17 +248,16 @@ func (r *PodRuntime) secretValues(ctx context.Context, namespace string, names [
 			continue
 		}
 		if err != nil {
-			// Without the values the message cannot be shown safely.
-			return nil, fmt.Errorf("read secret %s to redact the workspace pod's message: %w", name, err)
+			return fmt.Errorf("read secret %s %s: %w", name, why, err)
 		}
-		for _, v := range s.Data {
-			values = append(values, string(v))
+		for k, v := range s.Data {
+			f(name, k, string(v))
 		}
-		for _, v := range s.StringData {
-			values = append(values, v)
+		for k, v := range s.StringData {
+			f(name, k, v)
 		}
 	}
-	return values, nil
+	return nil
 }
 
 // Remove leaves deletion to the garbage collector: the StatefulSet and Service

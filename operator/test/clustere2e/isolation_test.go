@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/inprocess"
@@ -83,12 +85,17 @@ func TestWorkspaceServiceAccountsAreIsolated(t *testing.T) {
 		if _, err := as.CoreV1().Secrets(other).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("%s's workspace listing %s's Secrets: %v, want Forbidden", ns, other, err)
 		}
-		if _, err := as.CoreV1().Secrets(other).Get(ctx, "app-agent-token", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		var otherWS autov1alpha1.Workspace
+		if err := testClient.Get(ctx, clientKey(other, "app"), &otherWS); err != nil {
+			t.Fatal(err)
+		}
+		tokenName := workspace.TokenSecretName(&otherWS)
+		if _, err := as.CoreV1().Secrets(other).Get(ctx, tokenName, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("%s's workspace reading %s's agent token: %v, want Forbidden", ns, other, err)
 		}
 		var tok corev1.Secret
 		substrate.Eventually(t, 10*time.Second, "the agent token Secret", func() (bool, error) {
-			return testClient.Get(ctx, clientKey(other, "app-agent-token"), &tok) == nil, nil
+			return testClient.Get(ctx, clientKey(other, tokenName), &tok) == nil, nil
 		})
 	}
 }

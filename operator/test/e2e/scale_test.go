@@ -13,11 +13,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/webhook"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
@@ -42,9 +44,11 @@ func TestPushWebhookDeploysInSeconds(t *testing.T) {
 	sha2 := repo.Commit(t, "v2", map[string]string{"README.md": "second"})
 
 	body := []byte(`{"ref":"refs/heads/main","repository":{"clone_url":"` + repo.URL() + `","html_url":"https://example.com/acme/infra"}}`)
+	const delivery = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
 	post := func(sig string) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+op.WebhookAddr+"/webhooks/github", bytes.NewReader(body))
 		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-GitHub-Delivery", delivery)
 		if sig != "" {
 			req.Header.Set("X-Hub-Signature-256", sig)
 		}
@@ -81,6 +85,11 @@ func TestPushWebhookDeploysInSeconds(t *testing.T) {
 	}
 	waitStack(t, s, 30*time.Second, "deployed after the push", readyAt(sha2))
 	t.Logf("pushed commit deployed %s after the notification", time.Since(start).Round(100*time.Millisecond))
+	// The same delivery again is a replay. (The refused ones above were not
+	// remembered: the accepted post used their delivery ID.)
+	if code := post(webhook.Sign([]byte(secret), body)); code != http.StatusConflict {
+		t.Fatalf("replayed push: HTTP %d, want 409", code)
+	}
 }
 
 // TestNamespaceScopedOperator: an operator watching one namespace reconciles
@@ -101,7 +110,21 @@ func TestNamespaceScopedOperator(t *testing.T) {
 		}
 	}
 	waitStack(t, mine, 3*time.Minute, "ready", readyAt(sha))
-	time.Sleep(2 * time.Second)
+	// The operator's cache, built from the same options, cannot even hold a
+	// Stack outside the watched namespace: that is why theirs is never
+	// reconciled (checked below once mine, created with it, is deployed).
+	c, err := cache.New(cp.Config, func() cache.Options {
+		o := operator.CacheOptions(e.opts.WatchNamespaces)
+		o.Scheme = operator.Scheme()
+		return o
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(theirs), &pulumiv1.Stack{}); err == nil ||
+		!strings.Contains(err.Error(), "unknown namespace for the cache") {
+		t.Fatalf("the operator's cache reads a Stack in an unwatched namespace: err = %v", err)
+	}
 	if err := get(t, theirs); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
 
@@ -76,13 +77,16 @@ func TestPodRuntimeWorkspaceFailures(t *testing.T) {
 		err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name("broken")}, &sts)
 		return err == nil, err
 	})
+	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "broken"}}
+	if err := get(t, ws); err != nil {
+		t.Fatal(err)
+	}
 	var token corev1.Secret
-	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "broken-agent-token"}, &token); err != nil {
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: workspace.TokenSecretName(ws)}, &token); err != nil {
 		t.Fatal(err)
 	}
 	agentToken := string(token.Data["token"])
 	p := statefulSetPod(t, &sts)
-	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "broken"}}
 
 	// (a) The image cannot be pulled: retrying, then stalled.
 	written := time.Now()

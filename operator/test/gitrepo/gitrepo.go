@@ -101,8 +101,12 @@ type HTTPServer struct {
 	// Addr is the address it serves (or will serve) on, loopback unless
 	// NewHTTPServerAt said otherwise.
 	Addr string
-	root string
-	srv  *http.Server
+	// Authorize, when set before Start, requires HTTP basic auth: a request
+	// whose user and password it refuses gets 401 with a Basic challenge
+	// (as GitHub answers), so a git client retries with its credentials.
+	Authorize func(user, password string) bool
+	root      string
+	srv       *http.Server
 }
 
 // NewHTTPServer reserves a loopback port for the repositories under root
@@ -138,6 +142,17 @@ func (h *HTTPServer) Start(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if check := h.Authorize; check != nil {
+		next := backend
+		backend = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if user, pass, ok := r.BasicAuth(); !ok || !check(user, pass) {
+				w.Header().Set("WWW-Authenticate", `Basic realm="gitrepo"`)
+				http.Error(w, "authentication required", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 	h.srv = &http.Server{Handler: backend, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = h.srv.Serve(l) }()
 }
@@ -168,4 +183,16 @@ func (h *HTTPServer) Stop() {
 func (r *Repo) HTTPURL(h *HTTPServer) string {
 	rel, _ := filepath.Rel(h.root, r.Bare)
 	return "http://" + h.Addr + "/" + filepath.ToSlash(rel)
+}
+
+// NewServedHTTP creates a repository name served over HTTP on loopback,
+// requiring basic auth that authorize accepts (nil: none).
+func NewServedHTTP(t testing.TB, name string, authorize func(user, password string) bool) (*Repo, *HTTPServer) {
+	t.Helper()
+	root := t.TempDir()
+	repo := NewIn(t, root, name)
+	srv := NewHTTPServer(t, root)
+	srv.Authorize = authorize
+	srv.Start(t)
+	return repo, srv
 }

@@ -94,11 +94,19 @@ func installServiceMonitorCRD(t *testing.T, cp *substrate.ControlPlane) {
 // group/resource in namespace ("" cluster-wide).
 func access(t *testing.T, c client.Client, ns, name, verb, group, resource, namespace string) bool {
 	t.Helper()
+	return accessNamed(t, c, ns, name, verb, group, resource, namespace, "")
+}
+
+// accessNamed is access to one object (object "" is any); resource may name
+// a subresource ("workspaces/rpc").
+func accessNamed(t *testing.T, c client.Client, ns, name, verb, group, resource, namespace, object string) bool {
+	t.Helper()
+	res, sub, _ := strings.Cut(resource, "/")
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User:   "system:serviceaccount:" + ns + ":" + name,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: namespace, Verb: verb, Group: group, Resource: resource,
+			Namespace: namespace, Verb: verb, Group: group, Resource: res, Subresource: sub, Name: object,
 		},
 	}}
 	if err := c.Create(context.Background(), sar); err != nil {
@@ -205,6 +213,22 @@ func TestChartInstalls(t *testing.T) {
 			}
 		},
 	}, {
+		name:   "ssh-known-hosts",
+		values: "operator: {sshKnownHosts: \"github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\\n\"}\n",
+		check: func(t *testing.T, _ client.Client, objs []*unstructured.Unstructured, rel, ns, _, _ string) {
+			if op := args(t, objs, "Deployment/"+ns+"/"+rel+"-operator"); !strings.Contains(op, "--ssh-known-hosts=/etc/stackflow/ssh/known_hosts") {
+				t.Errorf("operator args %q: want --ssh-known-hosts", op)
+			}
+			cm := find(t, objs, "ConfigMap/"+ns+"/"+rel+"-operator-ssh-known-hosts")
+			if kh, _, _ := unstructured.NestedString(cm.Object, "data", "known_hosts"); !strings.HasPrefix(kh, "github.com ssh-ed25519 ") {
+				t.Errorf("known_hosts ConfigMap holds %q", kh)
+			}
+			vols, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment/"+ns+"/"+rel+"-operator").Object, "spec", "template", "spec", "volumes")
+			if !strings.Contains(fmt.Sprint(vols), "name:"+rel+"-operator-ssh-known-hosts") {
+				t.Errorf("volumes %v: want the known_hosts ConfigMap", vols)
+			}
+		},
+	}, {
 		name:   "no-analysis",
 		values: "analysis: {enabled: false}\n",
 		check: func(t *testing.T, _ client.Client, objs []*unstructured.Unstructured, rel, _, _, _ string) {
@@ -229,6 +253,33 @@ func TestChartInstalls(t *testing.T) {
 			ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
 			if got := fmt.Sprint(ingress); len(ingress) != 1 || !strings.Contains(got, "port:50051") || !strings.Contains(got, "app.kubernetes.io/name:stackflow-operator") || !strings.Contains(got, "kubernetes.io/metadata.name:"+ns) {
 				t.Errorf("workspace agents ingress %v: want only the operator pods of %s on 50051", got, ns)
+			}
+		},
+	}, {
+		name:   "lockdown",
+		values: "watchNamespaces: [{a}]\noperator: {workspaceAuth: kube}\nlockdown: {defaultWorkspaceServiceAccount: workspace, podSecurityEnforcement: restricted}\n",
+		check: func(t *testing.T, c client.Client, objs []*unstructured.Unstructured, rel, ns, a, b string) {
+			dep := find(t, objs, "Deployment/"+ns+"/"+rel+"-operator")
+			op := args(t, objs, "Deployment/"+ns+"/"+rel+"-operator")
+			for _, want := range []string{"--workspace-auth=kube", "--workspace-token-file=/var/run/secrets/stackflow/agent/token",
+				"--default-workspace-service-account=workspace", "--pod-security-enforcement=restricted"} {
+				if !strings.Contains(op, want) {
+					t.Errorf("operator args %q lack %s", op, want)
+				}
+			}
+			vols, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
+			if got := fmt.Sprint(vols); !strings.Contains(got, "audience:stackflow-agent") || !strings.Contains(got, "path:token") {
+				t.Errorf("volumes %v: want the projected agent token", got)
+			}
+			// Namespaces are cluster-scoped: only the watched one may be read.
+			if !accessNamed(t, c, ns, rel+"-operator", "get", "", "namespaces", "", a) {
+				t.Errorf("the operator may not read namespace %s's Pod Security labels", a)
+			}
+			if accessNamed(t, c, ns, rel+"-operator", "get", "", "namespaces", "", b) {
+				t.Errorf("the operator may read namespace %s, which it does not watch", b)
+			}
+			if !access(t, c, ns, rel+"-operator", "use", "auto.pulumi.com", "workspaces/rpc", a) {
+				t.Errorf("the operator may not use workspace agents in %s (kube auth)", a)
 			}
 		},
 	}, {

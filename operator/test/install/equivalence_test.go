@@ -130,26 +130,32 @@ func TestChartMatchesKustomize(t *testing.T) {
 	}
 }
 
-// TestChartWebhookMatchesKustomizeComponent compares webhook.enabled with the
-// kustomize component operator/config/webhook over operator/config/default.
-func TestChartWebhookMatchesKustomizeComponent(t *testing.T) {
+// TestChartMatchesKustomizeComponents compares chart values with the
+// kustomize components over operator/config/default that do the same.
+func TestChartMatchesKustomizeComponents(t *testing.T) {
 	root := substrate.RepoRoot()
-	overlay := t.TempDir()
-	// kustomize refuses absolute paths of kustomizations: relative ones.
-	rel := func(dir string) string {
-		r, err := filepath.Rel(overlay, filepath.Join(root, "operator", "config", dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+	for _, tc := range []struct{ component, values string }{
+		{"webhook", "webhook: {enabled: true, secretName: stackflow-webhook}\n"},
+		{"workspace-kube-auth", "operator: {workspaceAuth: kube}\n"},
+	} {
+		t.Run(tc.component, func(t *testing.T) {
+			overlay := t.TempDir()
+			// kustomize refuses absolute paths of kustomizations: relative ones.
+			rel := func(dir string) string {
+				r, err := filepath.Rel(overlay, filepath.Join(root, "operator", "config", dir))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			kz := "resources: [" + rel("default") + "]\ncomponents: [" + rel(tc.component) + "]\n"
+			if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kz), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			chart := render(t, "stackflow", "stackflow-system", "analysis: {enabled: false}\n"+tc.values, true)
+			compare(t, chart, kustomize(t, overlay), kustomizeOnly)
+		})
 	}
-	kz := "resources: [" + rel("default") + "]\ncomponents: [" + rel("webhook") + "]\n"
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kz), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	chart := render(t, "stackflow", "stackflow-system",
-		"analysis: {enabled: false}\nwebhook: {enabled: true, secretName: stackflow-webhook}\n", true)
-	compare(t, chart, kustomize(t, overlay), kustomizeOnly)
 }
 
 // TestChartRulesAreTheGeneratedRole: the operator's ClusterRole in the chart

@@ -76,7 +76,7 @@ func TestPodRuntimeAsServiceAccount(t *testing.T) {
 		t.Fatalf("workspace service: %v", err)
 	}
 	var tok corev1.Secret
-	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: workspace.TokenSecretName(ws.Name)}, &tok); err != nil || len(tok.Data["token"]) == 0 {
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: workspace.TokenSecretName(&ws)}, &tok); err != nil || len(tok.Data["token"]) == 0 {
 		t.Fatalf("agent token secret: %v", err)
 	}
 

@@ -23,6 +23,7 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/inprocess"
@@ -314,6 +315,16 @@ func assertNowhere(t *testing.T, ns string, s *pulumiv1.Stack, root string, valu
 		t.Fatalf("the agent log %s shows no redacted value: is it the log of this Stack's agent?", agentLog)
 	}
 	texts["agent log"] = string(b)
+	// The workspace agent's bearer token is never logged or reported either.
+	var ws autov1alpha1.Workspace
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Name}, &ws); err != nil {
+		t.Fatal(err)
+	}
+	var tok corev1.Secret
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: workspace.TokenSecretName(&ws)}, &tok); err != nil || len(tok.Data["token"]) == 0 {
+		t.Fatalf("the workspace's agent token Secret: %v", err)
+	}
+	values = append(values[:len(values):len(values)], string(tok.Data["token"]))
 	for _, v := range values {
 		parts := []string{v}
 		if len(v) >= 24 {

@@ -52,6 +52,10 @@ const (
 	// WorkspaceReasonPodFailed: the workspace pod failed as a whole (evicted,
 	// for instance); its StatefulSet replaces it.
 	WorkspaceReasonPodFailed = "PodFailed"
+	// WorkspaceReasonPodSecurityForbidden: the operator's lockdown mode
+	// (--pod-security-enforcement) refused the workspace pod, which asks for
+	// privileges the namespace's Pod Security level forbids.
+	WorkspaceReasonPodSecurityForbidden = "PodSecurityForbidden"
 )
 
 // SecurityProfile selects the Pod Security Standard the workspace pod is built to.
@@ -200,6 +204,13 @@ type GitAuth struct {
 	// +optional
 	Token *corev1.SecretKeySelector `json:"token,omitempty"`
 
+	// knownHosts holds known_hosts lines (OpenSSH format, e.g. the output of
+	// `ssh-keyscan <host>`) that the SSH server's host key must match. When
+	// unset, the operator's --ssh-known-hosts file is used; with neither,
+	// SSH fails: host keys are never accepted unverified.
+	// +optional
+	KnownHosts *corev1.SecretKeySelector `json:"knownHosts,omitempty"`
+
 	// githubApp authenticates as a GitHub App installation.
 	// +optional
 	GitHubApp *GitHubAppAuth `json:"githubApp,omitempty"`
@@ -213,6 +224,13 @@ type GitHubAppAuth struct {
 	InstallationID *corev1.SecretKeySelector `json:"installationID"`
 	// privateKey is the App's PEM-encoded private key.
 	PrivateKey *corev1.SecretKeySelector `json:"privateKey"`
+	// apiURL is the GitHub REST API the installation token is requested
+	// from: https://api.github.com by default; for GitHub Enterprise Server
+	// https://<host>/api/v3.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	APIURL string `json:"apiURL,omitempty"`
 }
 
 // FluxSource is a tarball artifact (as published by Flux sources or by Program

@@ -170,6 +170,11 @@ func (in *GitAuth) DeepCopyInto(out *GitAuth) {
 		*out = new(corev1.SecretKeySelector)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.KnownHosts != nil {
+		in, out := &in.KnownHosts, &out.KnownHosts
+		*out = new(corev1.SecretKeySelector)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.GitHubApp != nil {
 		in, out := &in.GitHubApp, &out.GitHubApp
 		*out = new(GitHubAppAuth)

@@ -326,6 +326,13 @@ type GitHubAppAuth struct {
 	InstallationID ResourceRef `json:"installationID"`
 	// privateKey is the App's PEM-encoded private key.
 	PrivateKey ResourceRef `json:"privateKey"`
+	// apiURL is the GitHub REST API the installation token is requested
+	// from: https://api.github.com by default; for GitHub Enterprise Server
+	// https://<host>/api/v3.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	APIURL string `json:"apiURL,omitempty"`
 }
 
 // SSHAuth is an SSH private key, with an optional password.
@@ -335,6 +342,12 @@ type SSHAuth struct {
 	// password decrypts the private key.
 	// +optional
 	Password *ResourceRef `json:"password,omitempty"`
+	// knownHosts holds known_hosts lines (OpenSSH format, e.g. the output of
+	// `ssh-keyscan <host>`) that the SSH server's host key must match. When
+	// unset, the operator's --ssh-known-hosts file is used; with neither,
+	// SSH fails: host keys are never accepted unverified.
+	// +optional
+	KnownHosts *ResourceRef `json:"knownHosts,omitempty"`
 }
 
 // BasicAuth is a user name and password.

@@ -21,6 +21,12 @@ ClusterRole, or with watchNamespaces by a Role in each watched namespace. */ -}}
 - apiGroups:
   - ""
   resources:
+  - namespaces
+  verbs:
+  - get
+- apiGroups:
+  - ""
+  resources:
   - secrets
   verbs:
   - create
@@ -81,6 +87,12 @@ ClusterRole, or with watchNamespaces by a Role in each watched namespace. */ -}}
   - list
   - update
   - watch
+- apiGroups:
+  - auto.pulumi.com
+  resources:
+  - workspaces/rpc
+  verbs:
+  - use
 - apiGroups:
   - pulumi.com
   resources:

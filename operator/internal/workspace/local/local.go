@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
@@ -53,6 +55,10 @@ type Runtime struct {
 	// RestartBackoff is how long a failed agent stays down before it is
 	// started again; default 30s.
 	RestartBackoff time.Duration
+	// SSHKnownHosts holds the operator's known_hosts lines
+	// (--ssh-known-hosts), given to agents that clone with an SSH key and
+	// no knownHosts of their own.
+	SSHKnownHosts string
 
 	mu sync.Mutex
 }
@@ -279,22 +285,14 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 		if spec.Git.Shallow {
 			args = append(args, "--git-shallow")
 		}
-		if a := spec.Git.Auth; a != nil {
-			for name, sel := range map[string]*corev1.SecretKeySelector{
-				"GIT_SSH_PRIVATE_KEY": a.SSHPrivateKey, "GIT_USERNAME": a.Username,
-				"GIT_PASSWORD": a.Password, "GIT_TOKEN": a.Token,
-			} {
-				if sel == nil {
-					continue
-				}
-				v, err := r.secretKey(ctx, ws.Namespace, sel)
-				if err != nil {
-					return nil, nil, nil, fmt.Errorf("git credentials: %w", err)
-				}
-				extra[name] = v
-				secrets = append(secrets, v)
-			}
+		creds, err := gitauth.Read(spec.Git.Auth, r.SSHKnownHosts, func(sel *corev1.SecretKeySelector) (string, error) {
+			return r.secretKey(ctx, ws.Namespace, sel)
+		})
+		if err != nil {
+			return nil, nil, nil, err
 		}
+		maps.Copy(extra, creds.Env())
+		secrets = append(secrets, creds.Secrets()...)
 	case spec.Flux != nil:
 		args = append(args, "--artifact-url="+spec.Flux.Url, "--artifact-digest="+spec.Flux.Digest)
 		if spec.Flux.Dir != "" {

@@ -264,6 +264,36 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 			fromSecret("GITHUB_APP_PRIVATE_KEY", "app", "key.pem"),
 		}),
 	}, {
+		name: "git source with an SSH key and the operator's known_hosts",
+		ws: workspace(func(ws *autov1alpha1.Workspace) {
+			ws.Spec.Git = &autov1alpha1.GitSource{URL: "ssh://git@git.example/infra.git", Ref: "main",
+				Auth: &autov1alpha1.GitAuth{SSHPrivateKey: secretKey("ssh", "key")}}
+		}),
+		opts: func(o *Options) { o.SSHKnownHosts = "git.example ssh-ed25519 AAAA\n" },
+		args: concat(baseArgs, []string{"--git-url=ssh://git@git.example/infra.git", "--git-ref=main"}),
+		env: concat(baseEnv, []corev1.EnvVar{
+			fromSecret("GIT_SSH_PRIVATE_KEY", "ssh", "key"),
+			{Name: "GIT_SSH_KNOWN_HOSTS", Value: "git.example ssh-ed25519 AAAA\n"},
+		}),
+	}, {
+		name: "git source with its own known_hosts Secret and a GitHub Enterprise App",
+		ws: workspace(func(ws *autov1alpha1.Workspace) {
+			ws.Spec.Git = &autov1alpha1.GitSource{URL: "ssh://git@git.example/infra.git", Ref: "main",
+				Auth: &autov1alpha1.GitAuth{SSHPrivateKey: secretKey("ssh", "key"), KnownHosts: secretKey("ssh", "known_hosts"),
+					GitHubApp: &autov1alpha1.GitHubAppAuth{AppID: secretKey("app", "id"), InstallationID: secretKey("app", "installation"),
+						PrivateKey: secretKey("app", "key.pem"), APIURL: "https://ghe.example/api/v3"}}}
+		}),
+		opts: func(o *Options) { o.SSHKnownHosts = "ignored" },
+		args: concat(baseArgs, []string{"--git-url=ssh://git@git.example/infra.git", "--git-ref=main"}),
+		env: concat(baseEnv, []corev1.EnvVar{
+			fromSecret("GIT_SSH_PRIVATE_KEY", "ssh", "key"),
+			fromSecret("GIT_SSH_KNOWN_HOSTS", "ssh", "known_hosts"),
+			fromSecret("GITHUB_APP_ID", "app", "id"),
+			fromSecret("GITHUB_APP_INSTALLATION_ID", "app", "installation"),
+			fromSecret("GITHUB_APP_PRIVATE_KEY", "app", "key.pem"),
+			{Name: "GITHUB_APP_API_URL", Value: "https://ghe.example/api/v3"},
+		}),
+	}, {
 		name: "flux source, custom image and port, extra args",
 		ws: workspace(func(ws *autov1alpha1.Workspace) {
 			ws.Spec.Image = "registry.example.com/pulumi-nodejs:3.274.1"
@@ -297,6 +327,34 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 		name: "no source",
 		ws:   workspace(),
 		args: baseArgs,
+	}, {
+		// The operator presents its own ServiceAccount token: no token
+		// Secret, and the agent checks the caller against this Workspace.
+		name: "kube agent auth",
+		ws:   workspace(),
+		opts: func(o *Options) { o.AgentAuth, o.TokenSecretName = AgentAuthKube, "" },
+		args: []string{"--workdir=/share/workspace", "--listen=:50051",
+			"--auth=kube", "--kube-audience=stackflow-agent", "--kube-workspace=infra/app"},
+		env: baseEnv[1:],
+	}, {
+		name: "kube agent auth with another audience",
+		ws:   workspace(),
+		opts: func(o *Options) { o.AgentAuth, o.KubeAudience = AgentAuthKube, "agents.example.com" },
+		args: []string{"--workdir=/share/workspace", "--listen=:50051",
+			"--auth=kube", "--kube-audience=agents.example.com", "--kube-workspace=infra/app"},
+		env: baseEnv[1:],
+	}, {
+		name: "lockdown default service account",
+		ws:   workspace(),
+		opts: func(o *Options) { o.DefaultServiceAccount = "workspace" },
+		args: baseArgs,
+		sa:   "workspace",
+	}, {
+		name: "a named service account wins over the default",
+		ws:   workspace(func(ws *autov1alpha1.Workspace) { ws.Spec.ServiceAccountName = "deployer" }),
+		opts: func(o *Options) { o.DefaultServiceAccount = "workspace" },
+		args: baseArgs,
+		sa:   "deployer",
 	}, {
 		name: "baseline profile",
 		ws: workspace(func(ws *autov1alpha1.Workspace) {
@@ -362,6 +420,39 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 			{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},
 			{Prefix: "CLOUD_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}}},
 		},
+	}, {
+		// The runtime read the envFrom Secrets' keys: their variables
+		// (prefixed; keys that are no variable name, as 1X, are not set by the
+		// kubelet) join the list, with spec.env's, sorted.
+		name: "envFrom secret keys",
+		ws: workspace(func(ws *autov1alpha1.Workspace) {
+			ws.Spec.Env = []corev1.EnvVar{{Name: "PULUMI_CONFIG_PASSPHRASE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: secretKey("passphrase", "value")}}}
+			ws.Spec.EnvFrom = []corev1.EnvFromSource{
+				{Prefix: "CLOUD_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}}},
+				{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}},
+			}
+		}),
+		opts: func(o *Options) {
+			o.EnvFromSecretKeys = map[string][]string{"cloud": {"KEY", "SECRET"}, "db": {"DB_PASSWORD", "not-a-name", "1X"}} // "1X" is no variable name
+		},
+		args: baseArgs,
+		env: concat(baseEnv, []corev1.EnvVar{
+			fromSecret("PULUMI_CONFIG_PASSPHRASE", "passphrase", "value"),
+			{Name: SecretEnvNamesVar, Value: "CLOUD_KEY,CLOUD_SECRET,DB_PASSWORD,PULUMI_CONFIG_PASSPHRASE,not-a-name"},
+		}),
+		envFrom: []corev1.EnvFromSource{
+			{Prefix: "CLOUD_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud"}}},
+			{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}},
+		},
+	}, {
+		name: "envFrom secret keys only",
+		ws: workspace(func(ws *autov1alpha1.Workspace) {
+			ws.Spec.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}
+		}),
+		opts:    func(o *Options) { o.EnvFromSecretKeys = map[string][]string{"db": {"DB_PASSWORD"}} },
+		args:    baseArgs,
+		env:     concat(baseEnv, []corev1.EnvVar{{Name: SecretEnvNamesVar, Value: "DB_PASSWORD"}}),
+		envFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -663,6 +754,11 @@ func TestBuildErrors(t *testing.T) {
 		opts: func(o *Options) { o.AgentImage, o.TokenSecretName = "", "" },
 		want: []string{"AgentImage is required", "TokenSecretName is required"},
 	}, {
+		name: "options with an unknown agent auth",
+		ws:   workspace(),
+		opts: func(o *Options) { o.AgentAuth = "mtls" },
+		want: []string{`agent auth "mtls" is not one of "token", "kube"`},
+	}, {
 		name: "options with a bad port",
 		ws:   workspace(),
 		opts: func(o *Options) { o.Port = -1 },
@@ -819,6 +915,11 @@ func TestSpecHashChanges(t *testing.T) {
 		{name: "extra args", opts: func(o *Options) { o.ExtraArgs = []string{"--debug"} }},
 		{name: "port", opts: func(o *Options) { o.Port = 7000 }},
 		{name: "token secret", opts: func(o *Options) { o.TokenSecretName = "other" }},
+		{name: "kube agent auth", opts: func(o *Options) { o.AgentAuth = AgentAuthKube }},
+		{name: "envFrom secret keys", ws: func(ws *autov1alpha1.Workspace) {
+			ws.Spec.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}
+		}, opts: func(o *Options) { o.EnvFromSecretKeys = map[string][]string{"db": {"DB_PASSWORD"}} }},
+		{name: "default service account", opts: func(o *Options) { o.DefaultServiceAccount = "workspace" }},
 
 		{name: "nothing", ws: func(*autov1alpha1.Workspace) {}, same: true},
 		{name: "the default port spelled out", opts: func(o *Options) { o.Port = 50051 }, same: true},

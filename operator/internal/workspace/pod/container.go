@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 // Probe timing. No liveness probe: restarting the container would kill a
@@ -120,7 +121,12 @@ func agentArgs(ws *autov1alpha1.Workspace, opts Options) ([]string, error) {
 	args := []string{
 		"--workdir=" + WorkDir,
 		"--listen=:" + strconv.Itoa(int(opts.port())),
-		"--auth=token",
+	}
+	if opts.AgentAuth == AgentAuthKube {
+		args = append(args, "--auth=kube", "--kube-audience="+opts.kubeAudience(),
+			"--kube-workspace="+ws.Namespace+"/"+ws.Name)
+	} else {
+		args = append(args, "--auth=token")
 	}
 	src, err := sourceArgs(&ws.Spec)
 	if err != nil {
@@ -194,19 +200,22 @@ func sourceArgs(spec *autov1alpha1.WorkspaceSpec) ([]string, error) {
 const SecretEnvNamesVar = "STACKFLOW_SECRET_ENV"
 
 func containerEnv(ws *autov1alpha1.Workspace, opts Options) ([]corev1.EnvVar, error) {
-	env := []corev1.EnvVar{
-		secretEnv(TokenEnvVar, &corev1.SecretKeySelector{
+	var env []corev1.EnvVar
+	if opts.AgentAuth != AgentAuthKube {
+		env = append(env, secretEnv(TokenEnvVar, &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: opts.TokenSecretName},
 			Key:                  TokenSecretKey,
-		}),
+		}))
+	}
+	env = append(env,
 		// The root filesystem may be read-only: everything Pulumi and language
 		// tools write goes to the share volume.
-		{Name: "PULUMI_HOME", Value: ShareDir + "/.pulumi"},
-		{Name: "HOME", Value: ShareDir + "/home"},
-		{Name: "PULUMI_SKIP_UPDATE_CHECK", Value: "true"},
-	}
+		corev1.EnvVar{Name: "PULUMI_HOME", Value: ShareDir + "/.pulumi"},
+		corev1.EnvVar{Name: "HOME", Value: ShareDir + "/home"},
+		corev1.EnvVar{Name: "PULUMI_SKIP_UPDATE_CHECK", Value: "true"},
+	)
 	if ws.Spec.Git != nil && ws.Spec.Git.Auth != nil {
-		git, err := gitAuthEnv(ws.Spec.Git.Auth)
+		git, err := gitauth.PodEnv(ws.Spec.Git.Auth, opts.SSHKnownHosts)
 		if err != nil {
 			return nil, err
 		}
@@ -229,50 +238,11 @@ func containerEnv(ws *autov1alpha1.Workspace, opts Options) ([]corev1.EnvVar, er
 	}
 	if len(secretNames) > 0 {
 		// The agent redacts these variables' values in what it reports and
-		// logs. (The keys of envFrom Secrets are known only to the kubelet.)
+		// logs (and those of envFrom Secrets: listEnvFromSecrets).
 		slices.Sort(secretNames)
 		env = append(env, corev1.EnvVar{Name: SecretEnvNamesVar, Value: strings.Join(secretNames, ",")})
 	}
 	return env, nil
-}
-
-// gitAuthEnv passes the git credentials to the agent as variables read from
-// their Secrets.
-func gitAuthEnv(auth *autov1alpha1.GitAuth) ([]corev1.EnvVar, error) {
-	type cred struct {
-		env, field string
-		sel        *corev1.SecretKeySelector
-		required   bool
-	}
-	creds := []cred{
-		{"GIT_SSH_PRIVATE_KEY", "sshPrivateKey", auth.SSHPrivateKey, false},
-		{"GIT_USERNAME", "username", auth.Username, false},
-		{"GIT_PASSWORD", "password", auth.Password, false},
-		{"GIT_TOKEN", "token", auth.Token, false},
-	}
-	if app := auth.GitHubApp; app != nil {
-		creds = append(creds,
-			cred{"GITHUB_APP_ID", "githubApp.appID", app.AppID, true},
-			cred{"GITHUB_APP_INSTALLATION_ID", "githubApp.installationID", app.InstallationID, true},
-			cred{"GITHUB_APP_PRIVATE_KEY", "githubApp.privateKey", app.PrivateKey, true},
-		)
-	}
-	var env []corev1.EnvVar
-	var errs []error
-	for _, c := range creds {
-		if c.sel == nil {
-			if c.required {
-				errs = append(errs, fmt.Errorf("spec.git.auth.%s is required", c.field))
-			}
-			continue
-		}
-		if c.sel.Name == "" || c.sel.Key == "" {
-			errs = append(errs, fmt.Errorf("spec.git.auth.%s needs a secret name and key", c.field))
-			continue
-		}
-		env = append(env, secretEnv(c.env, c.sel))
-	}
-	return env, errors.Join(errs...)
 }
 
 // secretEnv is a variable read from a Secret key.

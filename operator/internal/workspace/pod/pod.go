@@ -85,9 +85,20 @@ type Options struct {
 	DefaultPulumiImage string
 	// Port is the agent's gRPC port; 0 means DefaultPort.
 	Port int32
+	// AgentAuth is how the operator authenticates to workspace agents:
+	// AgentAuthToken (default) or AgentAuthKube.
+	AgentAuth AgentAuth
+	// KubeAudience is the audience of the operator's ServiceAccount tokens the
+	// agent accepts under AgentAuthKube; default DefaultKubeAudience.
+	KubeAudience string
 	// TokenSecretName is the Secret holding the agent's bearer token under key
-	// TokenSecretKey, given to the agent as TokenEnvVar. Required.
+	// TokenSecretKey, given to the agent as TokenEnvVar. Required with
+	// AgentAuthToken, unused with AgentAuthKube.
 	TokenSecretName string
+	// DefaultServiceAccount is the workspace pod's ServiceAccount when the
+	// Workspace names none; default "default" (lockdown mode sets one with
+	// no permissions beyond what the platform team grants it).
+	DefaultServiceAccount string
 	// ExtraArgs are appended to the agent's arguments.
 	ExtraArgs []string
 	// AddressByPodIP makes the runtime reach the agent at its pod's IP rather
@@ -95,6 +106,44 @@ type Options struct {
 	// does not use the cluster's DNS: one running on a node's host, as the
 	// single-node test cluster's tests do (there is no cluster DNS there).
 	AddressByPodIP bool
+	// EnvFromSecretKeys are, per Workspace, the keys of the Secrets the
+	// workspace container's envFrom names (Secret name → keys), read by the
+	// runtime: the variables they become are listed in SecretEnvNamesVar so
+	// the agent redacts their values. A key set that changes rolls the pod,
+	// as the variables themselves change only when the pod restarts.
+	EnvFromSecretKeys map[string][]string
+	// SSHKnownHosts holds the operator's known_hosts lines
+	// (--ssh-known-hosts), given to agents that clone with an SSH key and
+	// no knownHosts of their own.
+	SSHKnownHosts string
+}
+
+// AgentAuth is how the operator authenticates to a workspace agent.
+type AgentAuth string
+
+const (
+	// AgentAuthToken: a random bearer token per Workspace, kept in the
+	// Secret TokenSecretName (created by the operator, owned by the
+	// Workspace, so a recreated Workspace gets a new one).
+	AgentAuthToken AgentAuth = "token"
+	// AgentAuthKube: the operator presents its own ServiceAccount token
+	// (audience KubeAudience, short-lived and rotated by the kubelet); the
+	// agent verifies it with a TokenReview and checks with a
+	// SubjectAccessReview that its subject may "use" workspaces/rpc of this
+	// Workspace. The workspace's ServiceAccount needs the
+	// system:auth-delegator ClusterRole for those reviews.
+	AgentAuthKube AgentAuth = "kube"
+)
+
+// DefaultKubeAudience is the token audience agents accept under AgentAuthKube.
+const DefaultKubeAudience = "stackflow-agent"
+
+// kubeAudience returns the audience, defaulted.
+func (o Options) kubeAudience() string {
+	if o.KubeAudience == "" {
+		return DefaultKubeAudience
+	}
+	return o.KubeAudience
 }
 
 // port returns the agent port, defaulted.
@@ -111,8 +160,14 @@ func (o Options) validate() error {
 	if o.AgentImage == "" {
 		errs = append(errs, errors.New("AgentImage is required"))
 	}
-	if o.TokenSecretName == "" {
-		errs = append(errs, errors.New("TokenSecretName is required (the agent runs with --auth=token)"))
+	switch o.AgentAuth {
+	case AgentAuthToken, "":
+		if o.TokenSecretName == "" {
+			errs = append(errs, errors.New("TokenSecretName is required (the agent runs with --auth=token)"))
+		}
+	case AgentAuthKube:
+	default:
+		errs = append(errs, fmt.Errorf("agent auth %q is not one of %q, %q", o.AgentAuth, AgentAuthToken, AgentAuthKube))
 	}
 	if p := o.port(); p < 1 || p > 65535 {
 		errs = append(errs, fmt.Errorf("port %d is out of range 1-65535", p))

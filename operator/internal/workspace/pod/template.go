@@ -7,10 +7,12 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 )
@@ -33,6 +35,9 @@ func podTemplate(ws *autov1alpha1.Workspace, opts Options) (corev1.PodTemplateSp
 		return corev1.PodTemplateSpec{}, err
 	}
 	sa := ws.Spec.ServiceAccountName
+	if sa == "" {
+		sa = opts.DefaultServiceAccount
+	}
 	if sa == "" {
 		sa = "default"
 	}
@@ -62,7 +67,61 @@ func podTemplate(ws *autov1alpha1.Workspace, opts Options) (corev1.PodTemplateSp
 	if err := applyPodTemplate(&tmpl, ws.Spec.PodTemplate); err != nil {
 		return corev1.PodTemplateSpec{}, err
 	}
+	listEnvFromSecrets(&tmpl.Spec, opts.EnvFromSecretKeys)
 	return tmpl, nil
+}
+
+// EnvFromSecrets are the Secrets the workspace container's envFrom names in
+// spec (spec.envFrom and spec.podTemplate merged), whose keys the runtime
+// passes back as Options.EnvFromSecretKeys.
+func EnvFromSecrets(spec *corev1.PodSpec) []string {
+	var names []string
+	for _, c := range spec.Containers {
+		if c.Name != ContainerName {
+			continue
+		}
+		for _, f := range c.EnvFrom {
+			if f.SecretRef != nil && f.SecretRef.Name != "" && !slices.Contains(names, f.SecretRef.Name) {
+				names = append(names, f.SecretRef.Name)
+			}
+		}
+	}
+	return names
+}
+
+// listEnvFromSecrets adds the variables the workspace container gets from
+// envFrom Secrets (prefix + key, for keys that are valid variable names, as
+// the kubelet sets only those) to SecretEnvNamesVar.
+func listEnvFromSecrets(spec *corev1.PodSpec, keys map[string][]string) {
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		if c.Name != ContainerName {
+			continue
+		}
+		var names []string
+		for _, f := range c.EnvFrom {
+			if f.SecretRef == nil {
+				continue
+			}
+			for _, k := range keys[f.SecretRef.Name] {
+				if name := f.Prefix + k; len(validation.IsEnvVarName(name)) == 0 {
+					names = append(names, name)
+				}
+			}
+		}
+		if len(names) == 0 {
+			return
+		}
+		at := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == SecretEnvNamesVar })
+		if at < 0 {
+			c.Env = append(c.Env, corev1.EnvVar{Name: SecretEnvNamesVar})
+			at = len(c.Env) - 1
+		} else if v := c.Env[at].Value; v != "" {
+			names = append(names, strings.Split(v, ",")...)
+		}
+		slices.Sort(names)
+		c.Env[at].Value = strings.Join(slices.Compact(names), ",")
+	}
 }
 
 // securityContexts returns the pod's and each container's security context for

@@ -1,0 +1,273 @@
+package gitauth
+
+import (
+	"context"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v4"
+)
+
+// GitHub's token exchange, as documented for "Create an installation access
+// token for an app".
+const (
+	githubAccept     = "application/vnd.github+json"
+	githubAPIVersion = "2022-11-28"
+	// AppTokenUser is the user name an installation token is sent with.
+	AppTokenUser = "x-access-token"
+	// RefreshBefore: a cached installation token is exchanged again this
+	// long before it expires, so no clone starts with a token about to lapse.
+	RefreshBefore = 5 * time.Minute
+	// jwtBackdate and jwtLifetime: GitHub recommends an issue time 60 s in
+	// the past against clock drift, and accepts at most 10 minutes.
+	jwtBackdate = 60 * time.Second
+	jwtLifetime = 9 * time.Minute
+)
+
+// validate checks what must hold before a request is made: the installation
+// ID becomes part of a URL path.
+func (a GitHubApp) validate() error {
+	if a.AppID == "" {
+		return &CredentialsError{msg: "githubApp.appID is empty"}
+	}
+	if a.InstallationID == "" || strings.Trim(a.InstallationID, "0123456789") != "" {
+		return &CredentialsError{msg: "githubApp.installationID must be the installation's numeric ID"}
+	}
+	if a.APIURL != "" {
+		u, err := url.Parse(a.APIURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return &CredentialsError{msg: fmt.Sprintf("githubApp.apiURL %q is not an http(s) URL", a.APIURL)}
+		}
+	}
+	return nil
+}
+
+func (a GitHubApp) api() string {
+	if a.APIURL == "" {
+		return DefaultGitHubAPI
+	}
+	return strings.TrimSuffix(a.APIURL, "/")
+}
+
+// TokenError is GitHub's refusal to issue an installation token. Its
+// message is GitHub's (which never echoes the JWT) with a hint naming the
+// field to check.
+type TokenError struct {
+	// Status is the HTTP status GitHub answered.
+	Status int
+	msg    string
+}
+
+func (e *TokenError) Error() string { return e.msg }
+
+// Permanent: the App's credentials or installation are wrong (401, 403,
+// 404, 422); a server error or throttling may pass.
+func (e *TokenError) Permanent() bool {
+	switch e.Status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
+}
+
+// AppTokens exchanges GitHub App credentials for installation tokens and
+// caches each until RefreshBefore its expiry. The zero value is ready; one
+// AppTokens serves a process (DefaultAppTokens).
+type AppTokens struct {
+	// Client makes the exchange; default a client with a 30 s timeout that
+	// honours the proxy environment variables.
+	Client *http.Client
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]appToken
+}
+
+// DefaultAppTokens serves Credentials.Method when given no AppTokens.
+var DefaultAppTokens = &AppTokens{}
+
+type appToken struct {
+	token   string
+	expires time.Time
+}
+
+// reusable decides whether a cached token still serves at now: it must
+// outlive now by more than RefreshBefore.
+func reusable(t appToken, now time.Time) bool {
+	return t.token != "" && t.expires.Sub(now) > RefreshBefore
+}
+
+func (a *AppTokens) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// Issued are the installation tokens held, for redaction: a process that
+// cloned with an App masks them in what it reports.
+func (a *AppTokens) Issued() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.cache))
+	for _, t := range a.cache {
+		out = append(out, t.token)
+	}
+	return out
+}
+
+// Token returns an installation token for app, from the cache or a new
+// exchange. Concurrent first calls may both exchange (harmless: GitHub
+// issues several tokens); the lock is not held across the request.
+func (a *AppTokens) Token(ctx context.Context, app GitHubApp) (string, error) {
+	if err := app.validate(); err != nil {
+		return "", err
+	}
+	key := Credentials{GitHubApp: &app}.Fingerprint()
+	a.mu.Lock()
+	cached, ok := a.cache[key]
+	if ok && reusable(cached, a.now()) {
+		a.mu.Unlock()
+		return cached.token, nil
+	}
+	a.mu.Unlock()
+
+	tok, err := a.exchange(ctx, app)
+	if err != nil {
+		return "", err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cache == nil {
+		a.cache = map[string]appToken{}
+	}
+	now := a.now()
+	for k, t := range a.cache { // rotated keys and removed Stacks
+		if !reusable(t, now) {
+			delete(a.cache, k)
+		}
+	}
+	a.cache[key] = tok
+	return tok.token, nil
+}
+
+// jwtFor is the App's JWT at now: RS256, issuer the App ID, issued 60 s ago,
+// expiring within 10 minutes.
+func jwtFor(app GitHubApp, now time.Time) (string, error) {
+	key, err := parseRSAKey(app.PrivateKey)
+	if err != nil {
+		return "", err
+	}
+	claims := jwt.RegisteredClaims{
+		Issuer:    app.AppID,
+		IssuedAt:  jwt.NewNumericDate(now.Add(-jwtBackdate)),
+		ExpiresAt: jwt.NewNumericDate(now.Add(jwtLifetime)),
+	}
+	signed, err := jwt.NewWithClaims(jwt.SigningMethodRS256, claims).SignedString(key)
+	if err != nil {
+		return "", &CredentialsError{msg: "sign the GitHub App JWT with githubApp.privateKey failed"}
+	}
+	return signed, nil
+}
+
+func parseRSAKey(pem string) (*rsa.PrivateKey, error) {
+	key, err := jwt.ParseRSAPrivateKeyFromPEM([]byte(pem))
+	if err != nil {
+		// The parser's message is generic, but say it in our words so that
+		// nothing of the key can ever reach a status.
+		return nil, &CredentialsError{msg: "githubApp.privateKey is not a PEM-encoded RSA private key (download one from the App's settings)"}
+	}
+	return key, nil
+}
+
+var defaultAppClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}}
+
+func (a *AppTokens) exchange(ctx context.Context, app GitHubApp) (appToken, error) {
+	signed, err := jwtFor(app, a.now())
+	if err != nil {
+		return appToken{}, err
+	}
+	endpoint := app.api() + "/app/installations/" + app.InstallationID + "/access_tokens"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, nil)
+	if err != nil {
+		return appToken{}, &CredentialsError{msg: fmt.Sprintf("githubApp.apiURL %q: %v", app.APIURL, err)}
+	}
+	req.Header.Set("Authorization", "Bearer "+signed)
+	req.Header.Set("Accept", githubAccept)
+	req.Header.Set("X-GitHub-Api-Version", githubAPIVersion)
+	client := a.Client
+	if client == nil {
+		client = defaultAppClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// *url.Error names the endpoint (no credentials in it) and the cause.
+		return appToken{}, fmt.Errorf("GitHub App installation token: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return appToken{}, fmt.Errorf("GitHub App installation token from %s: read response: %w", app.api(), err)
+	}
+	if resp.StatusCode != http.StatusCreated {
+		return appToken{}, tokenError(resp.StatusCode, body, app)
+	}
+	var out struct {
+		Token     string    `json:"token"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.Token == "" || out.ExpiresAt.IsZero() {
+		return appToken{}, fmt.Errorf("GitHub App installation token from %s: the response has no token and expires_at", app.api())
+	}
+	return appToken{token: out.Token, expires: out.ExpiresAt}, nil
+}
+
+// tokenError explains GitHub's answer: its message (bounded) and what to
+// check.
+func tokenError(status int, body []byte, app GitHubApp) error {
+	var gh struct {
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(body, &gh)
+	msg := strings.TrimSpace(gh.Message)
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	hint := ""
+	switch status {
+	case http.StatusUnauthorized:
+		hint = "; check githubApp.appID and githubApp.privateKey (the App's ID and a current key of it)"
+	case http.StatusNotFound:
+		hint = fmt.Sprintf("; installation %s is not an installation of App %s: check githubApp.installationID", app.InstallationID, app.AppID)
+	case http.StatusForbidden, http.StatusUnprocessableEntity:
+		hint = "; check the App's permissions and that the installation is not suspended"
+	}
+	return &TokenError{Status: status, msg: fmt.Sprintf("GitHub App installation token: %s answered %d: %s%s", app.api(), status, msg, hint)}
+}
+
+// IsPermanent reports an authentication error that retrying will not fix:
+// credentials that cannot be used (CredentialsError), SSH host key
+// verification failing or unconfigured (HostKeyError, ErrNoKnownHosts), an
+// SSH server refusing the key, or GitHub refusing the App
+// (TokenError.Permanent).
+func IsPermanent(err error) bool {
+	var cred *CredentialsError
+	var host *HostKeyError
+	var tok *TokenError
+	return errors.As(err, &cred) || errors.As(err, &host) || errors.Is(err, ErrNoKnownHosts) ||
+		(errors.As(err, &tok) && tok.Permanent()) ||
+		// x/crypto/ssh has no error type for it, only this message.
+		(err != nil && strings.Contains(err.Error(), "ssh: unable to authenticate"))
+}

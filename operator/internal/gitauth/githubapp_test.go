@@ -1,0 +1,175 @@
+package gitauth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
+)
+
+// TestReusable: the cache decision, a pure function of the token and the
+// clock.
+func TestReusable(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		tok  appToken
+		want bool
+	}{
+		{"no token", appToken{}, false},
+		{"fresh (1 h left)", appToken{token: "t", expires: now.Add(time.Hour)}, true},
+		{"just over the refresh margin", appToken{token: "t", expires: now.Add(RefreshBefore + time.Second)}, true},
+		{"at the refresh margin", appToken{token: "t", expires: now.Add(RefreshBefore)}, false},
+		{"inside the margin", appToken{token: "t", expires: now.Add(time.Minute)}, false},
+		{"expired", appToken{token: "t", expires: now.Add(-time.Minute)}, false},
+		{"empty token with a future expiry", appToken{expires: now.Add(time.Hour)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := reusable(tc.tok, now); got != tc.want {
+				t.Fatalf("reusable = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// TestAppTokensCacheAndRefresh: one exchange serves until shortly before the
+// token expires, then a new one is made; the server verified every JWT.
+func TestAppTokensCacheAndRefresh(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	gh := fakegithub.New(t, "4242", "777")
+	gh.Now = clk.now
+	tokens := &AppTokens{Now: clk.now}
+	app := GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: gh.URL}
+	ctx := context.Background()
+
+	first, err := tokens.Token(ctx, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gh.Valid(first) {
+		t.Fatal("the token returned is not one GitHub issued")
+	}
+	for range 5 {
+		clk.add(10 * time.Minute) // 50 minutes in: still more than 5 minutes left
+		tok, err := tokens.Token(ctx, app)
+		if err != nil || tok != first {
+			t.Fatalf("within the token's life: %v, new token %v", err, tok != first)
+		}
+	}
+	if gh.Calls() != 1 {
+		t.Fatalf("%d exchanges, want 1 (cache reuse)", gh.Calls())
+	}
+	clk.add(6 * time.Minute) // 56 minutes: inside the refresh margin
+	second, err := tokens.Token(ctx, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first || gh.Calls() != 2 || !gh.Valid(second) {
+		t.Fatalf("near expiry: new token %v, %d exchanges (want a refresh, 2)", second != first, gh.Calls())
+	}
+	if issued := tokens.Issued(); len(issued) != 1 || issued[0] != second {
+		t.Fatal("Issued does not hold the current token alone (the expired one is dropped)")
+	}
+	// Another installation of the same App is another cache entry.
+	other := app
+	other.InstallationID = "778"
+	if _, err := tokens.Token(ctx, other); err == nil {
+		t.Fatal("unknown installation issued a token")
+	}
+	if tok, _ := tokens.Token(ctx, app); tok != second || gh.Calls() != 3 {
+		t.Fatalf("cache lost after another installation's failure (%d calls)", gh.Calls())
+	}
+}
+
+// TestAppTokensErrors: GitHub's refusals become clear, secret-free,
+// permanent errors; bad input fails before any request.
+func TestAppTokensErrors(t *testing.T) {
+	gh := fakegithub.New(t, "4242", "777")
+	otherKey := fakegithub.PEM(fakegithub.NewKey(t))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		app       GitHubApp
+		want      []string
+		status    int
+		permanent bool
+		requests  int
+	}{
+		{"key of another App", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: otherKey, APIURL: gh.URL},
+			[]string{"401", "A JSON web token could not be decoded", "check githubApp.appID and githubApp.privateKey"}, 401, true, 1},
+		{"wrong App ID", GitHubApp{AppID: "1", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: gh.URL},
+			[]string{"401", "'Issuer' claim", "check githubApp.appID"}, 401, true, 1},
+		{"unknown installation", GitHubApp{AppID: "4242", InstallationID: "999", PrivateKey: gh.KeyPEM, APIURL: gh.URL},
+			[]string{"404", "Not Found", "installation 999 is not an installation of App 4242", "githubApp.installationID"}, 404, true, 1},
+		{"not a PEM key", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: "-----BEGIN NOPE-----\nc2VjcmV0\n", APIURL: gh.URL},
+			[]string{"githubApp.privateKey is not a PEM-encoded RSA private key"}, 0, true, 0},
+		{"installation ID not numeric", GitHubApp{AppID: "4242", InstallationID: "777/../../x", PrivateKey: gh.KeyPEM, APIURL: gh.URL},
+			[]string{"githubApp.installationID must be the installation's numeric ID"}, 0, true, 0},
+		{"bad API URL", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: "ftp://x"},
+			[]string{"githubApp.apiURL"}, 0, true, 0},
+		{"GitHub down", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: "http://127.0.0.1:1"},
+			[]string{"GitHub App installation token", "127.0.0.1:1"}, 0, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := gh.Calls()
+			_, err := (&AppTokens{}).Token(ctx, tc.app)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			for _, secret := range []string{gh.KeyPEM, otherKey, "c2VjcmV0", "BEGIN"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("error %q holds key material", err)
+				}
+			}
+			var tok *TokenError
+			if tc.status != 0 && (!errors.As(err, &tok) || tok.Status != tc.status) {
+				t.Errorf("error %v is not a TokenError with status %d", err, tc.status)
+			}
+			if IsPermanent(err) != tc.permanent {
+				t.Errorf("IsPermanent = %v, want %v", IsPermanent(err), tc.permanent)
+			}
+			if got := gh.Calls() - before; got != tc.requests {
+				t.Errorf("%d requests made, want %d", got, tc.requests)
+			}
+		})
+	}
+}
+
+// TestMethodGitHubApp: the installation token is basic auth as
+// x-access-token.
+func TestMethodGitHubApp(t *testing.T) {
+	gh := fakegithub.New(t, "1", "2")
+	c := Credentials{GitHubApp: &GitHubApp{AppID: "1", InstallationID: "2", PrivateKey: gh.KeyPEM, APIURL: gh.URL + "/"}}
+	m, err := c.Method(context.Background(), &AppTokens{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, pass, ok := basic(m)
+	if !ok || user != AppTokenUser || !gh.Valid(pass) {
+		t.Fatalf("method %s: user %q, token valid %v", m, user, gh.Valid(pass))
+	}
+	if strings.Contains(m.String(), pass) {
+		t.Fatalf("the method's String() shows the token: %s", m)
+	}
+}

@@ -1,0 +1,182 @@
+// Package fakegithub is a faithful local stand-in for the one GitHub REST
+// endpoint a GitHub App installation needs, "Create an installation access
+// token for an app" (POST /app/installations/{installation_id}/access_tokens),
+// for tests: it verifies the JWT's RS256 signature with the App's public key,
+// its claims (iss the App ID, iat in the past, exp at most 10 minutes
+// ahead and not passed), the documented headers and the installation ID,
+// answers 201 with a token and its expiry, and GitHub-shaped errors
+// otherwise. It counts calls and tells which tokens it issued, so a git
+// server can accept only those.
+package fakegithub
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v4"
+)
+
+// Server is the fake GitHub API.
+type Server struct {
+	// URL is the API's base URL (githubApp.apiURL).
+	URL string
+	// AppID is the App's ID; Installations are its installations' IDs.
+	AppID         string
+	Installations []string
+	// Key is the App's private key; KeyPEM its PKCS#1 PEM (the App
+	// settings' download).
+	Key    *rsa.PrivateKey
+	KeyPEM string
+	// TokenTTL is the lifetime of issued tokens (GitHub's: 1 hour).
+	TokenTTL time.Duration
+	// Now is the server's clock (default time.Now).
+	Now func() time.Time
+
+	mu     sync.Mutex
+	calls  int
+	issued map[string]time.Time
+}
+
+// New starts a fake GitHub for one App with the given installations, until
+// the test ends.
+func New(t testing.TB, appID string, installations ...string) *Server {
+	t.Helper()
+	s := &Server{AppID: appID, Installations: installations, Key: NewKey(t), TokenTTL: time.Hour, issued: map[string]time.Time{}}
+	s.KeyPEM = PEM(s.Key)
+	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	return s
+}
+
+// NewKey makes a 2048-bit RSA key, as GitHub issues.
+func NewKey(t testing.TB) *rsa.PrivateKey {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// PEM encodes k as GitHub's downloads are ("RSA PRIVATE KEY", PKCS#1).
+func PEM(k *rsa.PrivateKey) string {
+	return string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}))
+}
+
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// Calls is how many token requests were answered (successful or not).
+func (s *Server) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// Valid reports a token this server issued that has not expired.
+func (s *Server) Valid(token string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp, ok := s.issued[token]
+	return ok && s.now().Before(exp)
+}
+
+// Authorize accepts what GitHub's git servers accept from an App: user
+// x-access-token with a valid installation token (for
+// gitrepo.HTTPServer.Authorize).
+func (s *Server) Authorize(user, password string) bool {
+	return user == "x-access-token" && s.Valid(password)
+}
+
+// fail answers as GitHub does: a JSON message and documentation URL.
+func fail(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg, "documentation_url": "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app", "status": fmt.Sprint(status)})
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.calls++
+	s.mu.Unlock()
+	id, ok := strings.CutPrefix(r.URL.Path, "/app/installations/")
+	id, ok2 := strings.CutSuffix(id, "/access_tokens")
+	if !ok || !ok2 || strings.Contains(id, "/") || r.Method != http.MethodPost {
+		fail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if r.Header.Get("Accept") != "application/vnd.github+json" {
+		fail(w, http.StatusUnsupportedMediaType, "Unsupported 'Accept' header")
+		return
+	}
+	if v := r.Header.Get("X-GitHub-Api-Version"); v != "2022-11-28" {
+		fail(w, http.StatusBadRequest, fmt.Sprintf("Invalid API version %q", v))
+		return
+	}
+	bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		fail(w, http.StatusUnauthorized, "A JSON web token could not be decoded")
+		return
+	}
+	if msg := s.checkJWT(bearer); msg != "" {
+		fail(w, http.StatusUnauthorized, msg)
+		return
+	}
+	known := false
+	for _, i := range s.Installations {
+		known = known || i == id
+	}
+	if !known {
+		fail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	b := make([]byte, 18)
+	_, _ = rand.Read(b)
+	token := "ghs_" + hex.EncodeToString(b)
+	exp := s.now().Add(s.TokenTTL).UTC().Truncate(time.Second)
+	s.mu.Lock()
+	s.issued[token] = exp
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(map[string]any{"token": token, "expires_at": exp.Format(time.RFC3339),
+		"permissions": map[string]string{"contents": "read", "metadata": "read"}, "repository_selection": "all"})
+}
+
+// checkJWT returns GitHub's complaint about the JWT, "" when it is good.
+func (s *Server) checkJWT(raw string) string {
+	var claims jwt.RegisteredClaims
+	_, err := jwt.NewParser(jwt.WithValidMethods([]string{"RS256"}), jwt.WithoutClaimsValidation()).
+		ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return &s.Key.PublicKey, nil })
+	if err != nil {
+		return "A JSON web token could not be decoded"
+	}
+	now := s.now()
+	switch {
+	case claims.Issuer != s.AppID:
+		return "'Issuer' claim ('iss') must be an Integer"
+	case claims.IssuedAt == nil || claims.IssuedAt.After(now.Add(time.Second)):
+		return "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued."
+	case claims.ExpiresAt == nil || !claims.ExpiresAt.After(now):
+		return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires."
+	case claims.ExpiresAt.Sub(claims.IssuedAt.Time) > 10*time.Minute+time.Minute || claims.ExpiresAt.Sub(now) > 10*time.Minute:
+		return "'Expiration time' claim ('exp') is too far in the future."
+	}
+	return ""
+}
