@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -96,8 +97,36 @@ func (cp *ControlPlane) Namespace(t testing.TB) string {
 	if err := cp.Client.Create(context.Background(), ns); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), ns) })
+	t.Cleanup(func() {
+		cp.clearStackflowObjects(ns.Name)
+		_ = cp.Client.Delete(context.Background(), ns)
+	})
 	return ns.Name
+}
+
+// clearStackflowObjects deletes the Stacks, Programs, Workspaces and Updates
+// a test left in namespace, finalizers removed (its operator has stopped by
+// then: cleanups run last-registered first). envtest runs no namespace
+// controller, so they would otherwise outlive the test, in a namespace that
+// is terminating, and every later test's operator would reconcile them.
+func (cp *ControlPlane) clearStackflowObjects(namespace string) {
+	ctx := context.Background()
+	lists := []client.ObjectList{&pulumiv1.StackList{}, &pulumiv1.ProgramList{}, &autov1alpha1.WorkspaceList{}, &autov1alpha1.UpdateList{}}
+	for _, list := range lists {
+		if err := cp.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			continue // e.g. a control plane without these CRDs
+		}
+		_ = meta.EachListItem(list, func(o runtime.Object) error {
+			obj := o.(client.Object)
+			if len(obj.GetFinalizers()) > 0 {
+				patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+				obj.SetFinalizers(nil)
+				_ = cp.Client.Patch(ctx, obj, patch)
+			}
+			_ = cp.Client.Delete(ctx, obj)
+			return nil
+		})
+	}
 }
 
 // WriteKubeconfig adds a system:masters user to the control plane and writes
