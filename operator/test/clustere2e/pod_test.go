@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -103,17 +104,13 @@ func TestRestrictedPodRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pod *corev1.Pod
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	substrate.Eventually(t, 2*time.Minute, "the pod Running or Failed", func() (bool, error) {
 		pod, err = pods.Get(ctx, "workspace-image", metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
-		if pod.Status.Phase == corev1.PodRunning || pod.Status.Phase == corev1.PodFailed || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return pod.Status.Phase == corev1.PodRunning || pod.Status.Phase == corev1.PodFailed, nil
+	})
 	if pod.Status.Phase != corev1.PodRunning {
 		t.Fatalf("pod phase %s after 2 min; status %+v", pod.Status.Phase, pod.Status)
 	}
