@@ -63,9 +63,9 @@ type Server struct {
 	env map[string]string
 	// source is the source as the agent was started with; workDir holds
 	// the checkouts.
-	source  Source
-	workDir string
-	version string
+	source   Source
+	workDir  string
+	version  string
 	hostname string
 	instance string
 	logLevel uint
