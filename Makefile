@@ -3,6 +3,8 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 
 SUBSTRATE := ./hack/substrate.sh
+# PHASE NAME CMD…: runs CMD and prints how long it took.
+PHASE := ./hack/phase.sh
 CONTROLLER_GEN = $(shell $(SUBSTRATE) dir controller-gen)/controller-gen
 PROTOC_TOOLS = $(shell $(SUBSTRATE) dir protoc-tools)
 CRD_DIR := operator/config/crd/bases
@@ -62,9 +64,23 @@ build: ## Build every package (and the pinned future dependencies) and vet it
 	go vet ./...
 
 .PHONY: test
-test: substrate tools build ## Obtain the substrate, then run the whole test suite
-	$(MAKE) verify-generate
-	eval "$$($(SUBSTRATE) env)" && go test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+# The phases print their durations ([phase] lines), so a cold run shows
+# where its time goes. The cluster tests are the last phase, run only when
+# their substrate is already cached and we are root (see README, "A real
+# single-node cluster"): a cold machine, like CI's, skips them and says so.
+test: ## Obtain the substrate, then run the whole test suite (and the cluster tests when their substrate is cached)
+	$(PHASE) substrate $(MAKE) substrate
+	$(PHASE) tools $(MAKE) tools
+	$(PHASE) build $(MAKE) build
+	$(PHASE) verify-generate $(MAKE) verify-generate
+	eval "$$($(SUBSTRATE) env)" && $(PHASE) 'go test ./...' go test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+	$(PHASE) test-cluster $(MAKE) test-cluster-if-cached
+
+.PHONY: test-cluster-if-cached
+test-cluster-if-cached: ## Run test-cluster when the cluster substrate is cached and we are root; else say why not
+	@if [ "$$(id -u)" != 0 ]; then echo "[test] cluster tests skipped: they need root (make test-cluster)"; \
+	elif ! $(SUBSTRATE) cached cluster; then echo "[test] cluster tests skipped: the cluster substrate is not cached (make test-cluster builds it, 7–25 min)"; \
+	else $(MAKE) test-cluster; fi
 
 .PHONY: images
 # REGISTRY=ghcr.io/x pushes <registry>/<name>:<version>; VERSION overrides

@@ -200,5 +200,7 @@ case "${1:-all}" in
     echo "export STACKFLOW_CLUSTER=$(cluster_dir)"
     ;;
   dir) echo "$("${2//-/_}_dir")" ;;
-  *) echo "usage: $0 [kube|cluster|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]" >&2; exit 2 ;;
+  # cached TOOL: succeeds when TOOL's build is complete in the cache (builds nothing).
+  cached) [ -f "$("${2//-/_}_dir")/.complete" ] ;;
+  *) echo "usage: $0 [kube|cluster|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL|cached TOOL]" >&2; exit 2 ;;
 esac
