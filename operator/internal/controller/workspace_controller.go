@@ -130,6 +130,11 @@ func (r *WorkspaceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		// The event follows the stored change: a reconcile that worked from
 		// a stale copy writes nothing and says nothing.
 		if !writeStatusLocked(ctx, r.Client, base, ws, !equality.Semantic.DeepEqual(base.Status, ws.Status), &retErr) {
+			if retErr != nil {
+				// The error's backoff decides the retry: controller-runtime
+				// ignores (and warns about) a result beside an error.
+				result = ctrl.Result{}
+			}
 			return
 		}
 		if typ, reason, msg, ok := workspaceEvent(base.Status.Conditions, ws.Status.Conditions); ok {
