@@ -301,6 +301,12 @@ func (c *Cluster) Stop() error {
 		c.drain()
 	}
 	stop("kubelet", 10*time.Second)
+	if byName["kube-proxy"] != nil {
+		stop("kube-proxy", 5*time.Second)
+		if err := c.cleanupKubeProxy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	stop("kube-apiserver", 10*time.Second)
 	stop("etcd", 10*time.Second)
 	c.killPods()
