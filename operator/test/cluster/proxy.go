@@ -34,6 +34,8 @@ clusterCIDR: %s
 detectLocalMode: ClusterCIDR
 healthzBindAddress: 127.0.0.1:%d
 metricsBindAddress: 127.0.0.1:%d
+# NodePorts on the node's InternalIP only, not on every local address.
+nodePortAddresses: ["primary"]
 # Leave the machine's conntrack settings alone.
 conntrack:
   maxPerCore: 0
