@@ -279,9 +279,10 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 
 // Stop tears the cluster down: it stops the controllers (so nothing
 // recreates pods), deletes every pod and waits a little for the kubelet to
-// stop them (removing their network), stops every process, kills what is
-// left in the pods' cgroups and the containerd shims, removes the cgroups
-// and the bridge, puts the kernel settings back and removes Dir.
+// stop them (removing their network), stops every process (kube-proxy's
+// rules removed with kube-proxy --cleanup), kills what is left in the pods'
+// cgroups and the containerd shims, removes the cgroups, the bridge and the
+// kubelet's iptables chains, puts the kernel settings back and removes Dir.
 func (c *Cluster) Stop() error {
 	start := time.Now()
 	var errs []error
