@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
@@ -288,10 +290,25 @@ func TestOperatorFromHelmChart(t *testing.T) {
 			t.Errorf("agent args %v, want --auth=kube", c.Args)
 		}
 	}
-	// Only the operator pod wrote the Stack's status (its field manager is
-	// the operator binary's name; an operator in this test process would be
-	// clustere2e.test).
-	if m := statusManagers(s); len(m) == 0 || strings.Join(m, ",") != strings.Repeat("operator,", len(m)-1)+"operator" {
-		t.Errorf("Stack status written by %v, want only the operator pod (operator)", m)
+	// Only the operator pod wrote the status of the Stack, its Workspace and
+	// its Updates (its field manager is the operator binary's name; an
+	// operator in this test process would be clustere2e.test).
+	var ws autov1alpha1.Workspace
+	if err := testClient.Get(ctx, clientKey(ns, s.Name), &ws); err != nil {
+		t.Fatal(err)
+	}
+	var updates autov1alpha1.UpdateList
+	if err := testClient.List(ctx, &updates, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{s, &ws}
+	for i := range updates.Items {
+		objs = append(objs, &updates.Items[i])
+	}
+	for _, o := range objs {
+		m := statusManagers(o)
+		if len(m) == 0 || slices.ContainsFunc(m, func(x string) bool { return x != "operator" }) {
+			t.Errorf("%T %s: status written by %v, want only the operator pod (operator)", o, o.GetName(), m)
+		}
 	}
 }
