@@ -57,7 +57,7 @@ func main() {
 	fs.StringVar(&audience, "kube-audience", "stackflow-agent", "token audience for --auth=kube")
 	fs.StringVar(&workspace, "kube-workspace", "", "namespace/name of this Workspace, for --auth=kube")
 	fs.StringVar(&opts.Source.GitURL, "git-url", "", "git repository holding the program")
-	fs.StringVar(&opts.Source.GitRef, "git-ref", "", "commit SHA or branch to check out")
+	fs.StringVar(&opts.Source.GitRef, "git-ref", "", "commit SHA or branch to check out at start (the operator moves a running agent to another revision with the Checkout call)")
 	fs.BoolVar(&opts.Source.GitShallow, "git-shallow", false, "fetch only the needed commit")
 	fs.StringVar(&opts.Source.ArtifactURL, "artifact-url", "", "tarball holding the program")
 	fs.StringVar(&opts.Source.ArtifactDigest, "artifact-digest", "", "the tarball's sha256:<hex> digest")

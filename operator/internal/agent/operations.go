@@ -73,6 +73,12 @@ func (s *Server) StartOperation(_ context.Context, req *agentv1.StartOperationRe
 	if r, ok := s.runs[req.GetUpdateId()]; ok {
 		return r.snapshot(), nil
 	}
+	if err := s.checkingOut(); err != nil {
+		return nil, err
+	}
+	if want := req.GetRevision(); want != "" && want != s.program.revision {
+		return nil, status.Errorf(codes.FailedPrecondition, "the workspace is at revision %s, not %s (the update's): waiting for it to check out %s", s.program.revision, want, want)
+	}
 	if _, configured := s.configKeys[req.GetStackName()]; !configured {
 		// An agent that restarted has lost the configuration the operator
 		// set; running now would deploy without it.
@@ -82,7 +88,7 @@ func (s *Server) StartOperation(_ context.Context, req *agentv1.StartOperationRe
 	op := &agentv1.Operation{
 		UpdateId: req.GetUpdateId(), Type: req.GetType(), StackName: req.GetStackName(),
 		State: agentv1.OperationState_OPERATION_STATE_RUNNING, StartTimeUnixNano: now.UnixNano(),
-		Revision: s.revision,
+		Revision: s.program.revision,
 	}
 	if other, busy := s.busy[req.GetStackName()]; busy {
 		// Another operation of this workspace holds the stack: a conflict the

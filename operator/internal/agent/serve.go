@@ -87,7 +87,7 @@ func Serve(ctx context.Context, log logr.Logger, opts Options, so ServeOptions) 
 	}
 }
 
-// cancelAll cancels running operations and waits for them, so a stopping agent
+// cancelAll cancels running operations (and a checkout) and waits for them, so a stopping agent
 // leaves no pulumi process behind holding a lock.
 func (s *Server) cancelAll() {
 	s.mu.Lock()
@@ -95,7 +95,12 @@ func (s *Server) cancelAll() {
 	for _, r := range s.runs {
 		runs = append(runs, r)
 	}
+	c := s.checkout
 	s.mu.Unlock()
+	if c != nil {
+		c.cancel()
+		<-c.done
+	}
 	for _, r := range runs {
 		r.cancel()
 		<-r.done

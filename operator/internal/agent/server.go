@@ -57,11 +57,14 @@ type Options struct {
 type Server struct {
 	agentv1.UnimplementedAgentServer
 
-	log      logr.Logger
-	ws       auto.Workspace
-	wsOpts   []auto.LocalWorkspaceOption
-	revision string
-	project  workspace.Project
+	log logr.Logger
+	// cmd is the pulumi CLI; env the environment of its processes.
+	cmd auto.PulumiCommand
+	env map[string]string
+	// source is the source as the agent was started with; workDir holds
+	// the checkouts.
+	source   Source
+	workDir  string
 	version  string
 	hostname string
 	instance string
@@ -91,6 +94,18 @@ type Server struct {
 	// applied: the same request again is answered at once, even while an
 	// update runs, so the operator needs no memory of what it applied.
 	selected map[string]string
+	// selecting counts the SelectStack calls in progress: no checkout
+	// starts under them.
+	selecting int
+	// program is the checked-out revision; replaced (under mu) only by a
+	// checkout, while no operation or SelectStack runs.
+	program program
+	// checkout is the last checkout requested (nil when none);
+	// checkouts counts the successful ones.
+	checkout  *checkout
+	checkouts int64
+	// checkoutDirs numbers the checkout directories (source.<n>).
+	checkoutDirs int
 }
 
 // New fetches the program, installs its dependencies and returns a server.
@@ -98,27 +113,16 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create work directory: %w", err)
 	}
-	src := filepath.Join(opts.WorkDir, "source")
-	if err := os.RemoveAll(src); err != nil {
-		return nil, fmt.Errorf("clear source directory: %w", err)
-	}
-	if err := os.MkdirAll(src, 0o755); err != nil {
+	// The work directory outlives a restarted container (an emptyDir): clear
+	// the checkouts a previous agent left.
+	if err := clearSources(opts.WorkDir); err != nil {
 		return nil, err
 	}
-	log.Info("Fetching program source")
-	fetched, err := Fetch(ctx, opts.Source, src)
-	if err != nil {
-		return nil, fmt.Errorf("fetch program: %w", err)
-	}
-	log.Info("Fetched program source", "revision", fetched.Revision, "dir", fetched.ProgramDir)
-
 	red := newRedactor()
 	red.add(opts.Source.GitAuth.Secrets()...)
-	red.add(gitauth.DefaultAppTokens.Issued()...) // the clone's installation token
 	for _, name := range opts.SecretEnv {
 		red.add(os.Getenv(name), opts.Env[name])
 	}
-
 	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: opts.PulumiRoot})
 	if err != nil {
 		return nil, fmt.Errorf("find the pulumi CLI: %w", err)
@@ -127,28 +131,78 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	for k, v := range opts.Env {
 		env[k] = v
 	}
-	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(fetched.ProgramDir), auto.Pulumi(cmd), auto.EnvVars(env)}
-	ws, err := auto.NewLocalWorkspace(ctx, wsOpts...)
-	if err != nil {
-		return nil, installationFailed(fmt.Errorf("open Pulumi workspace in %s: %s", fetched.ProgramDir, red.summarize(err)))
-	}
-	proj, err := ws.ProjectSettings(ctx)
-	if err != nil {
-		return nil, installationFailed(fmt.Errorf("read Pulumi.yaml: %s", red.redact(err.Error())))
-	}
-	log.Info("Installing program dependencies", "project", proj.Name, "runtime", proj.Runtime.Name())
-	out := &logWriter{log: log, redact: red}
-	if err := ws.Install(ctx, &auto.InstallOptions{Stdout: out, Stderr: out}); err != nil {
-		return nil, installationFailed(fmt.Errorf("install dependencies (pulumi install): %s", red.summarize(err)))
-	}
 	hostname := opts.Hostname
 	if hostname == "" {
 		hostname, _ = os.Hostname()
 	}
 	s := newServer(log, red, opts.RunRetention)
-	s.ws, s.wsOpts, s.revision, s.project = ws, wsOpts, fetched.Revision, *proj
+	s.cmd, s.env, s.source, s.workDir = cmd, env, opts.Source, opts.WorkDir
 	s.version, s.hostname, s.logLevel = cmd.Version().String(), hostname, opts.LogLevel
+	prog, err := s.prepare(ctx, log, opts.Source, filepath.Join(opts.WorkDir, "source"))
+	if err != nil {
+		return nil, err
+	}
+	s.program = prog
 	return s, nil
+}
+
+// program is one revision of the source, fetched and installed.
+type program struct {
+	ws     auto.Workspace
+	wsOpts []auto.LocalWorkspaceOption
+	// revision is the commit SHA or artifact digest fetched; sourceRef the
+	// revision as requested (sourceRef).
+	revision, sourceRef string
+	project             workspace.Project
+	// dir is the directory it was fetched into.
+	dir string
+}
+
+// sourceRef is the revision of src as requested: the git ref as given, the
+// artifact digest, or "" for a local directory.
+func sourceRef(src Source) string {
+	switch {
+	case src.GitURL != "":
+		return src.GitRef
+	case src.ArtifactURL != "":
+		return src.ArtifactDigest
+	}
+	return ""
+}
+
+// prepare fetches src into dir (created afresh), opens the Pulumi project
+// there and installs its dependencies.
+func (s *Server) prepare(ctx context.Context, log logr.Logger, src Source, dir string) (program, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return program{}, fmt.Errorf("clear source directory: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return program{}, err
+	}
+	log.Info("Fetching program source", "ref", sourceRef(src))
+	fetched, err := Fetch(ctx, src, dir)
+	if err != nil {
+		return program{}, fmt.Errorf("fetch program: %w", err)
+	}
+	s.redact.add(gitauth.DefaultAppTokens.Issued()...) // the clone's installation token
+	log.Info("Fetched program source", "revision", fetched.Revision, "dir", fetched.ProgramDir)
+
+	red := s.redact
+	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(fetched.ProgramDir), auto.Pulumi(s.cmd), auto.EnvVars(s.env)}
+	ws, err := auto.NewLocalWorkspace(ctx, wsOpts...)
+	if err != nil {
+		return program{}, installationFailed(fmt.Errorf("open Pulumi workspace in %s: %s", fetched.ProgramDir, red.summarize(err)))
+	}
+	proj, err := ws.ProjectSettings(ctx)
+	if err != nil {
+		return program{}, installationFailed(fmt.Errorf("read Pulumi.yaml: %s", red.redact(err.Error())))
+	}
+	log.Info("Installing program dependencies", "project", proj.Name, "runtime", proj.Runtime.Name())
+	out := &logWriter{log: log, redact: red}
+	if err := ws.Install(ctx, &auto.InstallOptions{Stdout: out, Stderr: out}); err != nil {
+		return program{}, installationFailed(fmt.Errorf("install dependencies (pulumi install): %s", red.summarize(err)))
+	}
+	return program{ws: ws, wsOpts: wsOpts, revision: fetched.Revision, sourceRef: sourceRef(src), project: *proj, dir: dir}, nil
 }
 
 // newServer returns a server with empty registries and no workspace.
@@ -165,14 +219,24 @@ func newServer(log logr.Logger, red *redactor, retention RunRetention) *Server {
 
 // Info describes the workspace.
 func (s *Server) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
-	return &agentv1.InfoResponse{
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := &agentv1.InfoResponse{
 		PulumiVersion:  s.version,
-		ProjectName:    string(s.project.Name),
-		ProjectRuntime: s.project.Runtime.Name(),
-		Revision:       s.revision,
-		WorkDir:        s.ws.WorkDir(),
+		ProjectName:    string(s.program.project.Name),
+		ProjectRuntime: s.program.project.Runtime.Name(),
+		Revision:       s.program.revision,
 		Instance:       s.instance,
-	}, nil
+		SourceRef:      s.program.sourceRef,
+		Checkouts:      s.checkouts,
+	}
+	if s.program.ws != nil {
+		info.WorkDir = s.program.ws.WorkDir()
+	}
+	if s.checkout != nil {
+		info.Checkout = proto.Clone(s.checkout.status).(*agentv1.CheckoutStatus)
+	}
+	return info, nil
 }
 
 // SelectStack selects or creates a stack and replaces its configuration.
@@ -198,7 +262,18 @@ func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackReques
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is busy with update %s; configuration is applied after it", req.GetStackName(), id)
 	}
+	if err := s.checkingOut(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	prog := s.program
+	s.selecting++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.selecting--
+		s.mu.Unlock()
+	}()
 	// The stack's secret configuration replaces the one it had (kept as the
 	// previous set), so selecting a stack again and again never grows the
 	// redactor.
@@ -206,18 +281,18 @@ func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackReques
 
 	var stack auto.Stack
 	if req.GetCreate() {
-		ws := s.ws
+		ws := prog.ws
 		if sp := req.GetSecretsProvider(); sp != "" {
 			// The secrets provider is a property of the workspace used to
 			// create the stack: the same program directory, configured with it.
-			ws, err = auto.NewLocalWorkspace(ctx, append(s.wsOpts, auto.SecretsProvider(sp))...)
+			ws, err = auto.NewLocalWorkspace(ctx, append(prog.wsOpts, auto.SecretsProvider(sp))...)
 			if err != nil {
 				return nil, status.Errorf(codes.Internal, "open workspace with secrets provider: %v", err)
 			}
 		}
 		stack, err = auto.UpsertStack(ctx, req.GetStackName(), ws)
 	} else {
-		stack, err = auto.SelectStack(ctx, req.GetStackName(), s.ws)
+		stack, err = auto.SelectStack(ctx, req.GetStackName(), prog.ws)
 	}
 	if err != nil {
 		if auto.IsSelectStack404Error(err) {

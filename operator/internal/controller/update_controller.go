@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -32,6 +33,7 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
+	"github.com/stackflow-io/stackflow/operator/internal/stack"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
@@ -386,6 +388,11 @@ func startRequest(u *autov1alpha1.Update) *agentv1.StartOperationRequest {
 	}
 	req.ExpectNoChanges, req.TargetDependents, req.Refresh = b(s.ExpectNoChanges), b(s.TargetDependents), b(s.Refresh)
 	req.ContinueOnError, req.Remove, req.RunProgram = b(s.ContinueOnError), b(s.Remove), b(s.RunProgram)
+	// An Update of a Stack at a commit runs only at that commit: never at
+	// the revision a workspace held before (or after) checking it out.
+	if rev := u.Annotations[stack.AnnotationRevision]; isCommitSHA(rev) {
+		req.Revision = rev
+	}
 	return req
 }
 
@@ -442,4 +449,14 @@ func (f *followers) follow(u *autov1alpha1.Update, agent agentv1.AgentClient) {
 			}
 		}
 	}()
+}
+
+// isCommitSHA: rev is a full git commit SHA (40 hex digits), as the Stack
+// controller records for git sources; Program and Flux revisions are not.
+func isCommitSHA(rev string) bool {
+	if len(rev) != 40 {
+		return false
+	}
+	_, err := hex.DecodeString(rev)
+	return err == nil
 }

@@ -63,9 +63,25 @@ type WorkspaceReconciler struct {
 	// agent (which knows what it holds) accepts the same configuration at
 	// once, even while an update runs.
 	applied sync.Map // types.UID → appliedConfig
+
+	// Now is the clock deciding checkout retries; nil means time.Now.
+	Now func() time.Time
 }
 
-type appliedConfig struct{ instance, hash string }
+// appliedConfig is a stack configuration (hash) applied to an agent
+// (instance) at its checkouts-th checkout: a checkout clears it.
+type appliedConfig struct {
+	instance  string
+	checkouts int64
+	hash      string
+}
+
+func (r *WorkspaceReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
 
 // SetupWithManager registers the controller.
 func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -208,7 +224,8 @@ func (e errWaitingTokenSecret) Error() string {
 }
 
 // reconcileAgent reports the runtime's state and, once the agent serves,
-// applies the stack configuration through it (never restarting it).
+// moves it to the spec's source revision in place and applies the stack
+// configuration through it (never restarting it).
 func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, ws *autov1alpha1.Workspace, st workspace.Status, token string) (ctrl.Result, error) {
 	gen := ws.Generation
 	conds := &ws.Status.Conditions
@@ -253,9 +270,13 @@ func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, ws *autov1alph
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	ws.Status.PulumiVersion = info.PulumiVersion
+	if done, res, err := r.reconcileCheckout(ctx, ws, agent, info); !done {
+		return res, err
+	}
 
 	hash := stacksHash(ws.Spec.Stacks)
-	if prev, ok := r.applied.Load(ws.UID); !ok || prev.(appliedConfig) != (appliedConfig{info.Instance, hash}) {
+	applied := appliedConfig{instance: info.Instance, checkouts: info.Checkouts, hash: hash}
+	if prev, ok := r.applied.Load(ws.UID); !ok || prev.(appliedConfig) != applied {
 		for _, s := range ws.Spec.Stacks {
 			if err := selectStack(ctx, agent, s); err != nil {
 				msg := fmt.Sprintf("configure stack %s: %s", s.Name, status.Convert(err).Message())
@@ -268,7 +289,7 @@ func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, ws *autov1alph
 				return ctrl.Result{}, fmt.Errorf("%s", msg)
 			}
 		}
-		r.applied.Store(ws.UID, appliedConfig{info.Instance, hash})
+		r.applied.Store(ws.UID, applied)
 		log.FromContext(ctx).Info("Applied stack configuration", "stacks", len(ws.Spec.Stacks), "agent", info.Instance)
 	}
 	setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonRunning, fmt.Sprintf("agent ready at %s (pulumi %s, revision %s)", st.Address, info.PulumiVersion, info.Revision))

@@ -68,7 +68,10 @@ func TokenSecretName(ws *autov1alpha1.Workspace) string {
 }
 
 // Ensure creates or updates the StatefulSet and Service. The pod template is
-// replaced only when its hash (source, image, env, pod shape) changes.
+// replaced only when its hash (source, image, env, pod shape) changes, or,
+// for a new source revision alone, when no agent serves: a serving agent
+// checks the new revision out in place (the Workspace controller asks it to),
+// keeping its pod.
 func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ string) (Status, error) {
 	opts := r.Options
 	if opts.AgentAuth != pod.AgentAuthKube {
@@ -143,6 +146,17 @@ func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ s
 	ready := cur.Status.ObservedGeneration == cur.Generation &&
 		cur.Status.ReadyReplicas == 1 && cur.Status.UpdatedReplicas == 1 &&
 		(cur.Status.UpdateRevision == "" || cur.Status.CurrentRevision == cur.Status.UpdateRevision)
+	if !ready && !slices.Equal(pod.RevisionArgs(&cur), pod.RevisionArgs(sts)) {
+		// Only the revision changed, which a running agent checks out in
+		// place; but no agent serves (the pod is starting, or failing at
+		// the revision it was created with): start the next one at the
+		// wanted revision.
+		cur.Spec.Template = sts.Spec.Template
+		if err := r.Client.Update(ctx, &cur); err != nil {
+			return Status{}, fmt.Errorf("update statefulset: %w", err)
+		}
+		return Status{Message: "workspace pod is being replaced to start at the new revision"}, nil
+	}
 	if !ready {
 		return r.podHealth(ctx, ws, &cur.Spec.Template.Spec, want)
 	}

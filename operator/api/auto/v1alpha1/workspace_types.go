@@ -36,6 +36,11 @@ const (
 	// missing or refused (commit, branch or repository not found,
 	// authentication refused, artifact not found or not matching its digest).
 	WorkspaceReasonSourceUnavailable = "SourceUnavailable"
+	// WorkspaceReasonCheckoutFailed: the running agent could not check out
+	// the spec's new source revision in place, for a reason that may pass (a
+	// network error); the operator asks again shortly. Its previous
+	// revision stays in place meanwhile.
+	WorkspaceReasonCheckoutFailed = "CheckoutFailed"
 	// WorkspaceReasonImagePullFailed: the kubelet cannot pull a workspace
 	// container's image (ErrImagePull, ImagePullBackOff, InvalidImageName…).
 	WorkspaceReasonImagePullFailed = "ImagePullFailed"

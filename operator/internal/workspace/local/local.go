@@ -86,7 +86,9 @@ func (r *Runtime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, token 
 	if err != nil {
 		return workspace.Status{Failed: true, Message: err.Error()}, nil
 	}
-	hash := specHash(args, own)
+	// A new source revision alone keeps a live agent: it checks the
+	// revision out in place when the Workspace controller asks.
+	hash := specHash(pod.WithoutRevision(args), own)
 	st, _ := readState(dir)
 	if st != nil && st.Hash == hash {
 		if agentAlive(st.PID) {

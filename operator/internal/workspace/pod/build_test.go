@@ -895,7 +895,6 @@ func TestSpecHashChanges(t *testing.T) {
 	}{
 		{name: "image", ws: func(ws *autov1alpha1.Workspace) { ws.Spec.Image = "pulumi/pulumi:3.275.0-nonroot" }},
 		{name: "imagePullPolicy", ws: func(ws *autov1alpha1.Workspace) { ws.Spec.ImagePullPolicy = corev1.PullAlways }},
-		{name: "git ref", ws: func(ws *autov1alpha1.Workspace) { ws.Spec.Git.Ref = "fedcba9876543210fedcba9876543210fedcba98" }},
 		{name: "git dir", ws: func(ws *autov1alpha1.Workspace) { ws.Spec.Git.Dir = "" }},
 		{name: "source kind", ws: func(ws *autov1alpha1.Workspace) {
 			ws.Spec.Git, ws.Spec.Flux = nil, &autov1alpha1.FluxSource{Url: "http://a/b.tgz", Digest: "sha256:00"}
@@ -922,6 +921,8 @@ func TestSpecHashChanges(t *testing.T) {
 		{name: "default service account", opts: func(o *Options) { o.DefaultServiceAccount = "workspace" }},
 
 		{name: "nothing", ws: func(*autov1alpha1.Workspace) {}, same: true},
+		// A new revision is checked out by the running agent, in place.
+		{name: "git ref", ws: func(ws *autov1alpha1.Workspace) { ws.Spec.Git.Ref = "fedcba9876543210fedcba9876543210fedcba98" }, same: true},
 		{name: "the default port spelled out", opts: func(o *Options) { o.Port = 50051 }, same: true},
 		{name: "the default profile spelled out", ws: func(ws *autov1alpha1.Workspace) {
 			ws.Spec.SecurityProfile = autov1alpha1.SecurityProfileRestricted
@@ -1011,4 +1012,44 @@ func TestNameAndAddress(t *testing.T) {
 	want := sts.Name + "-0." + sts.Spec.ServiceName + "." + svc.Namespace + ":50051"
 	equal(t, "Address from the objects", Address(ws, 0), want)
 	equal(t, "service name", svc.Name, sts.Spec.ServiceName)
+}
+
+// TestRevisionArgs: the revision flags are what a new revision alone changes
+// in the pod template; the artifact's too, and only the workspace container's.
+func TestRevisionArgs(t *testing.T) {
+	ws := workspace(withGit)
+	sts, _, err := Build(ws, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := RevisionArgs(sts); len(got) != 1 || got[0] != "--git-ref="+ws.Spec.Git.Ref {
+		t.Fatalf("RevisionArgs = %q, want the git ref", got)
+	}
+	ws.Spec.Git, ws.Spec.Flux = nil, &autov1alpha1.FluxSource{Url: "http://a/b.tgz", Digest: "sha256:00"}
+	flux, _, err := Build(ws, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := RevisionArgs(flux); len(got) != 2 {
+		t.Fatalf("RevisionArgs of an artifact = %q, want its URL and digest", got)
+	}
+	ws.Spec.Flux.Digest, ws.Spec.Flux.Url = "sha256:11", "http://a/c.tgz"
+	flux2, _, err := Build(ws, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if SpecHash(flux) != SpecHash(flux2) {
+		t.Fatal("a new artifact revision changed the spec hash")
+	}
+	if got := WithoutRevision([]string{"--git-url=u", "--git-ref=abc", "--dir=d"}); strings.Join(got, " ") != "--git-url=u --git-ref= --dir=d" {
+		t.Fatalf("WithoutRevision = %q", got)
+	}
+	// Another container's arguments are its own.
+	side := sts.DeepCopy()
+	side.Spec.Template.Spec.Containers = append(side.Spec.Template.Spec.Containers, corev1.Container{Name: "sidecar", Args: []string{"--git-ref=x"}})
+	side2 := side.DeepCopy()
+	side2.Spec.Template.Spec.Containers[len(side2.Spec.Template.Spec.Containers)-1].Args = []string{"--git-ref=y"}
+	if SpecHash(side) == SpecHash(side2) {
+		t.Fatal("a sidecar's --git-ref was left out of the hash")
+	}
 }

@@ -27,6 +27,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type CheckoutState int32
+
+const (
+	CheckoutState_CHECKOUT_STATE_UNSPECIFIED CheckoutState = 0
+	CheckoutState_CHECKOUT_STATE_RUNNING     CheckoutState = 1
+	CheckoutState_CHECKOUT_STATE_SUCCEEDED   CheckoutState = 2
+	CheckoutState_CHECKOUT_STATE_FAILED      CheckoutState = 3
+)
+
+// Enum value maps for CheckoutState.
+var (
+	CheckoutState_name = map[int32]string{
+		0: "CHECKOUT_STATE_UNSPECIFIED",
+		1: "CHECKOUT_STATE_RUNNING",
+		2: "CHECKOUT_STATE_SUCCEEDED",
+		3: "CHECKOUT_STATE_FAILED",
+	}
+	CheckoutState_value = map[string]int32{
+		"CHECKOUT_STATE_UNSPECIFIED": 0,
+		"CHECKOUT_STATE_RUNNING":     1,
+		"CHECKOUT_STATE_SUCCEEDED":   2,
+		"CHECKOUT_STATE_FAILED":      3,
+	}
+)
+
+func (x CheckoutState) Enum() *CheckoutState {
+	p := new(CheckoutState)
+	*p = x
+	return p
+}
+
+func (x CheckoutState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CheckoutState) Descriptor() protoreflect.EnumDescriptor {
+	return file_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (CheckoutState) Type() protoreflect.EnumType {
+	return &file_agent_proto_enumTypes[0]
+}
+
+func (x CheckoutState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CheckoutState.Descriptor instead.
+func (CheckoutState) EnumDescriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{0}
+}
+
 type OperationType int32
 
 const (
@@ -66,11 +118,11 @@ func (x OperationType) String() string {
 }
 
 func (OperationType) Descriptor() protoreflect.EnumDescriptor {
-	return file_agent_proto_enumTypes[0].Descriptor()
+	return file_agent_proto_enumTypes[1].Descriptor()
 }
 
 func (OperationType) Type() protoreflect.EnumType {
-	return &file_agent_proto_enumTypes[0]
+	return &file_agent_proto_enumTypes[1]
 }
 
 func (x OperationType) Number() protoreflect.EnumNumber {
@@ -79,7 +131,7 @@ func (x OperationType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperationType.Descriptor instead.
 func (OperationType) EnumDescriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{0}
+	return file_agent_proto_rawDescGZIP(), []int{1}
 }
 
 type OperationState int32
@@ -133,11 +185,11 @@ func (x OperationState) String() string {
 }
 
 func (OperationState) Descriptor() protoreflect.EnumDescriptor {
-	return file_agent_proto_enumTypes[1].Descriptor()
+	return file_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (OperationState) Type() protoreflect.EnumType {
-	return &file_agent_proto_enumTypes[1]
+	return &file_agent_proto_enumTypes[2]
 }
 
 func (x OperationState) Number() protoreflect.EnumNumber {
@@ -146,7 +198,7 @@ func (x OperationState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperationState.Descriptor instead.
 func (OperationState) EnumDescriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{1}
+	return file_agent_proto_rawDescGZIP(), []int{2}
 }
 
 type InfoRequest struct {
@@ -198,7 +250,15 @@ type InfoResponse struct {
 	WorkDir string `protobuf:"bytes,5,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
 	// A random ID of this agent process: a new one means the agent restarted
 	// and holds no configuration or runs from before.
-	Instance      string `protobuf:"bytes,6,opt,name=instance,proto3" json:"instance,omitempty"`
+	Instance string `protobuf:"bytes,6,opt,name=instance,proto3" json:"instance,omitempty"`
+	// The source revision as requested: the git ref as given (commit SHA,
+	// branch or tag) or the artifact digest; empty for a local directory.
+	SourceRef string `protobuf:"bytes,7,opt,name=source_ref,json=sourceRef,proto3" json:"source_ref,omitempty"`
+	// The last checkout requested through Checkout, if any.
+	Checkout *CheckoutStatus `protobuf:"bytes,8,opt,name=checkout,proto3" json:"checkout,omitempty"`
+	// Successful checkouts since the agent started: when it changes, the stacks
+	// hold no configuration and must be selected again.
+	Checkouts     int64 `protobuf:"varint,9,opt,name=checkouts,proto3" json:"checkouts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +335,181 @@ func (x *InfoResponse) GetInstance() string {
 	return ""
 }
 
+func (x *InfoResponse) GetSourceRef() string {
+	if x != nil {
+		return x.SourceRef
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetCheckout() *CheckoutStatus {
+	if x != nil {
+		return x.Checkout
+	}
+	return nil
+}
+
+func (x *InfoResponse) GetCheckouts() int64 {
+	if x != nil {
+		return x.Checkouts
+	}
+	return 0
+}
+
+type CheckoutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// git_ref is a commit SHA, branch or tag of the workspace's git repository
+	// (for a workspace with a git source).
+	GitRef string `protobuf:"bytes,1,opt,name=git_ref,json=gitRef,proto3" json:"git_ref,omitempty"`
+	// artifact_url and artifact_digest ("sha256:<hex>") name another artifact
+	// (for a workspace with an artifact source).
+	ArtifactUrl    string `protobuf:"bytes,2,opt,name=artifact_url,json=artifactUrl,proto3" json:"artifact_url,omitempty"`
+	ArtifactDigest string `protobuf:"bytes,3,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CheckoutRequest) Reset() {
+	*x = CheckoutRequest{}
+	mi := &file_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckoutRequest) ProtoMessage() {}
+
+func (x *CheckoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckoutRequest.ProtoReflect.Descriptor instead.
+func (*CheckoutRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CheckoutRequest) GetGitRef() string {
+	if x != nil {
+		return x.GitRef
+	}
+	return ""
+}
+
+func (x *CheckoutRequest) GetArtifactUrl() string {
+	if x != nil {
+		return x.ArtifactUrl
+	}
+	return ""
+}
+
+func (x *CheckoutRequest) GetArtifactDigest() string {
+	if x != nil {
+		return x.ArtifactDigest
+	}
+	return ""
+}
+
+type CheckoutStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source_ref is the requested revision: the git ref, or the artifact digest.
+	SourceRef string        `protobuf:"bytes,1,opt,name=source_ref,json=sourceRef,proto3" json:"source_ref,omitempty"`
+	State     CheckoutState `protobuf:"varint,2,opt,name=state,proto3,enum=stackflow.agent.v1.CheckoutState" json:"state,omitempty"`
+	// reason classifies a failure: "SourceUnavailable" (the revision is
+	// missing or refused), "InstallationFailed", or empty when it may pass
+	// (a network error).
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// message says what happened; it never contains secrets.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// revision is the commit SHA or digest checked out, once succeeded.
+	Revision        string `protobuf:"bytes,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	EndTimeUnixNano int64  `protobuf:"varint,6,opt,name=end_time_unix_nano,json=endTimeUnixNano,proto3" json:"end_time_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CheckoutStatus) Reset() {
+	*x = CheckoutStatus{}
+	mi := &file_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckoutStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckoutStatus) ProtoMessage() {}
+
+func (x *CheckoutStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckoutStatus.ProtoReflect.Descriptor instead.
+func (*CheckoutStatus) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CheckoutStatus) GetSourceRef() string {
+	if x != nil {
+		return x.SourceRef
+	}
+	return ""
+}
+
+func (x *CheckoutStatus) GetState() CheckoutState {
+	if x != nil {
+		return x.State
+	}
+	return CheckoutState_CHECKOUT_STATE_UNSPECIFIED
+}
+
+func (x *CheckoutStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CheckoutStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CheckoutStatus) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *CheckoutStatus) GetEndTimeUnixNano() int64 {
+	if x != nil {
+		return x.EndTimeUnixNano
+	}
+	return 0
+}
+
 // ConfigItem is one configuration value. value_json is any JSON value.
 type ConfigItem struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -295,7 +530,7 @@ type ConfigItem struct {
 
 func (x *ConfigItem) Reset() {
 	*x = ConfigItem{}
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +542,7 @@ func (x *ConfigItem) String() string {
 func (*ConfigItem) ProtoMessage() {}
 
 func (x *ConfigItem) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +555,7 @@ func (x *ConfigItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigItem.ProtoReflect.Descriptor instead.
 func (*ConfigItem) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{2}
+	return file_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConfigItem) GetKey() string {
@@ -420,7 +655,7 @@ type SelectStackRequest struct {
 
 func (x *SelectStackRequest) Reset() {
 	*x = SelectStackRequest{}
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +667,7 @@ func (x *SelectStackRequest) String() string {
 func (*SelectStackRequest) ProtoMessage() {}
 
 func (x *SelectStackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +680,7 @@ func (x *SelectStackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectStackRequest.ProtoReflect.Descriptor instead.
 func (*SelectStackRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{3}
+	return file_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SelectStackRequest) GetStackName() string {
@@ -492,7 +727,7 @@ type SelectStackResponse struct {
 
 func (x *SelectStackResponse) Reset() {
 	*x = SelectStackResponse{}
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +739,7 @@ func (x *SelectStackResponse) String() string {
 func (*SelectStackResponse) ProtoMessage() {}
 
 func (x *SelectStackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +752,7 @@ func (x *SelectStackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectStackResponse.ProtoReflect.Descriptor instead.
 func (*SelectStackResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{4}
+	return file_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SelectStackResponse) GetStackName() string {
@@ -543,13 +778,17 @@ type StartOperationRequest struct {
 	ContinueOnError  bool          `protobuf:"varint,11,opt,name=continue_on_error,json=continueOnError,proto3" json:"continue_on_error,omitempty"`
 	Remove           bool          `protobuf:"varint,12,opt,name=remove,proto3" json:"remove,omitempty"`
 	RunProgram       bool          `protobuf:"varint,13,opt,name=run_program,json=runProgram,proto3" json:"run_program,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// revision, when set, is the source revision (commit SHA or digest) the
+	// run must use: it is refused (FAILED_PRECONDITION) while the workspace is
+	// at another one.
+	Revision      string `protobuf:"bytes,14,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartOperationRequest) Reset() {
 	*x = StartOperationRequest{}
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +800,7 @@ func (x *StartOperationRequest) String() string {
 func (*StartOperationRequest) ProtoMessage() {}
 
 func (x *StartOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +813,7 @@ func (x *StartOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartOperationRequest.ProtoReflect.Descriptor instead.
 func (*StartOperationRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StartOperationRequest) GetUpdateId() string {
@@ -668,6 +907,13 @@ func (x *StartOperationRequest) GetRunProgram() bool {
 	return false
 }
 
+func (x *StartOperationRequest) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
 type GetOperationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UpdateId      string                 `protobuf:"bytes,1,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
@@ -677,7 +923,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +935,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +948,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetOperationRequest) GetUpdateId() string {
@@ -722,7 +968,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +980,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +993,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Output) GetValueJson() string {
@@ -792,7 +1038,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1050,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1063,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Operation) GetUpdateId() string {
@@ -925,7 +1171,7 @@ type OperationEvent struct {
 
 func (x *OperationEvent) Reset() {
 	*x = OperationEvent{}
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1183,7 @@ func (x *OperationEvent) String() string {
 func (*OperationEvent) ProtoMessage() {}
 
 func (x *OperationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1196,7 @@ func (x *OperationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationEvent.ProtoReflect.Descriptor instead.
 func (*OperationEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OperationEvent) GetEvent() isOperationEvent_Event {
@@ -1017,14 +1263,30 @@ var File_agent_proto protoreflect.FileDescriptor
 const file_agent_proto_rawDesc = "" +
 	"\n" +
 	"\vagent.proto\x12\x12stackflow.agent.v1\"\r\n" +
-	"\vInfoRequest\"\xd4\x01\n" +
+	"\vInfoRequest\"\xd1\x02\n" +
 	"\fInfoResponse\x12%\n" +
 	"\x0epulumi_version\x18\x01 \x01(\tR\rpulumiVersion\x12!\n" +
 	"\fproject_name\x18\x02 \x01(\tR\vprojectName\x12'\n" +
 	"\x0fproject_runtime\x18\x03 \x01(\tR\x0eprojectRuntime\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\tR\brevision\x12\x19\n" +
 	"\bwork_dir\x18\x05 \x01(\tR\aworkDir\x12\x1a\n" +
-	"\binstance\x18\x06 \x01(\tR\binstance\"\xdb\x01\n" +
+	"\binstance\x18\x06 \x01(\tR\binstance\x12\x1d\n" +
+	"\n" +
+	"source_ref\x18\a \x01(\tR\tsourceRef\x12>\n" +
+	"\bcheckout\x18\b \x01(\v2\".stackflow.agent.v1.CheckoutStatusR\bcheckout\x12\x1c\n" +
+	"\tcheckouts\x18\t \x01(\x03R\tcheckouts\"v\n" +
+	"\x0fCheckoutRequest\x12\x17\n" +
+	"\agit_ref\x18\x01 \x01(\tR\x06gitRef\x12!\n" +
+	"\fartifact_url\x18\x02 \x01(\tR\vartifactUrl\x12'\n" +
+	"\x0fartifact_digest\x18\x03 \x01(\tR\x0eartifactDigest\"\xe3\x01\n" +
+	"\x0eCheckoutStatus\x12\x1d\n" +
+	"\n" +
+	"source_ref\x18\x01 \x01(\tR\tsourceRef\x127\n" +
+	"\x05state\x18\x02 \x01(\x0e2!.stackflow.agent.v1.CheckoutStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\tR\brevision\x12+\n" +
+	"\x12end_time_unix_nano\x18\x06 \x01(\x03R\x0fendTimeUnixNano\"\xdb\x01\n" +
 	"\n" +
 	"ConfigItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
@@ -1045,7 +1307,7 @@ const file_agent_proto_rawDesc = "" +
 	"\venvironment\x18\x05 \x03(\tR\venvironment\"4\n" +
 	"\x13SelectStackResponse\x12\x1d\n" +
 	"\n" +
-	"stack_name\x18\x01 \x01(\tR\tstackName\"\xca\x03\n" +
+	"stack_name\x18\x01 \x01(\tR\tstackName\"\xe6\x03\n" +
 	"\x15StartOperationRequest\x12\x1b\n" +
 	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\x12\x1d\n" +
 	"\n" +
@@ -1062,7 +1324,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x11continue_on_error\x18\v \x01(\bR\x0fcontinueOnError\x12\x16\n" +
 	"\x06remove\x18\f \x01(\bR\x06remove\x12\x1f\n" +
 	"\vrun_program\x18\r \x01(\bR\n" +
-	"runProgram\"2\n" +
+	"runProgram\x12\x1a\n" +
+	"\brevision\x18\x0e \x01(\tR\brevision\"2\n" +
 	"\x13GetOperationRequest\x12\x1b\n" +
 	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"?\n" +
 	"\x06Output\x12\x1d\n" +
@@ -1095,7 +1358,12 @@ const file_agent_proto_rawDesc = "" +
 	"\x03log\x18\x01 \x01(\tH\x00R\x03log\x12\x14\n" +
 	"\x04step\x18\x02 \x01(\tH\x00R\x04step\x127\n" +
 	"\x06result\x18\x03 \x01(\v2\x1d.stackflow.agent.v1.OperationH\x00R\x06resultB\a\n" +
-	"\x05event*\x9a\x01\n" +
+	"\x05event*\x84\x01\n" +
+	"\rCheckoutState\x12\x1e\n" +
+	"\x1aCHECKOUT_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16CHECKOUT_STATE_RUNNING\x10\x01\x12\x1c\n" +
+	"\x18CHECKOUT_STATE_SUCCEEDED\x10\x02\x12\x19\n" +
+	"\x15CHECKOUT_STATE_FAILED\x10\x03*\x9a\x01\n" +
 	"\rOperationType\x12\x1e\n" +
 	"\x1aOPERATION_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16OPERATION_TYPE_PREVIEW\x10\x01\x12\x15\n" +
@@ -1110,14 +1378,15 @@ const file_agent_proto_rawDesc = "" +
 	"\x16OPERATION_STATE_FAILED\x10\x04\x12\x1c\n" +
 	"\x18OPERATION_STATE_CONFLICT\x10\x05\x12\x1c\n" +
 	"\x18OPERATION_STATE_CANCELED\x10\x06\x12#\n" +
-	"\x1fOPERATION_STATE_STACK_NOT_FOUND\x10\a2\xa2\x04\n" +
+	"\x1fOPERATION_STATE_STACK_NOT_FOUND\x10\a2\xf7\x04\n" +
 	"\x05Agent\x12I\n" +
 	"\x04Info\x12\x1f.stackflow.agent.v1.InfoRequest\x1a .stackflow.agent.v1.InfoResponse\x12^\n" +
 	"\vSelectStack\x12&.stackflow.agent.v1.SelectStackRequest\x1a'.stackflow.agent.v1.SelectStackResponse\x12Z\n" +
 	"\x0eStartOperation\x12).stackflow.agent.v1.StartOperationRequest\x1a\x1d.stackflow.agent.v1.Operation\x12V\n" +
 	"\fGetOperation\x12'.stackflow.agent.v1.GetOperationRequest\x1a\x1d.stackflow.agent.v1.Operation\x12_\n" +
 	"\x0eWatchOperation\x12'.stackflow.agent.v1.GetOperationRequest\x1a\".stackflow.agent.v1.OperationEvent0\x01\x12Y\n" +
-	"\x0fCancelOperation\x12'.stackflow.agent.v1.GetOperationRequest\x1a\x1d.stackflow.agent.v1.OperationBCZAgithub.com/stackflow-io/stackflow/operator/proto/agent/v1;agentv1b\x06proto3"
+	"\x0fCancelOperation\x12'.stackflow.agent.v1.GetOperationRequest\x1a\x1d.stackflow.agent.v1.Operation\x12S\n" +
+	"\bCheckout\x12#.stackflow.agent.v1.CheckoutRequest\x1a\".stackflow.agent.v1.CheckoutStatusBCZAgithub.com/stackflow-io/stackflow/operator/proto/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -1131,50 +1400,57 @@ func file_agent_proto_rawDescGZIP() []byte {
 	return file_agent_proto_rawDescData
 }
 
-var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_agent_proto_goTypes = []any{
-	(OperationType)(0),            // 0: stackflow.agent.v1.OperationType
-	(OperationState)(0),           // 1: stackflow.agent.v1.OperationState
-	(*InfoRequest)(nil),           // 2: stackflow.agent.v1.InfoRequest
-	(*InfoResponse)(nil),          // 3: stackflow.agent.v1.InfoResponse
-	(*ConfigItem)(nil),            // 4: stackflow.agent.v1.ConfigItem
-	(*SelectStackRequest)(nil),    // 5: stackflow.agent.v1.SelectStackRequest
-	(*SelectStackResponse)(nil),   // 6: stackflow.agent.v1.SelectStackResponse
-	(*StartOperationRequest)(nil), // 7: stackflow.agent.v1.StartOperationRequest
-	(*GetOperationRequest)(nil),   // 8: stackflow.agent.v1.GetOperationRequest
-	(*Output)(nil),                // 9: stackflow.agent.v1.Output
-	(*Operation)(nil),             // 10: stackflow.agent.v1.Operation
-	(*OperationEvent)(nil),        // 11: stackflow.agent.v1.OperationEvent
-	nil,                           // 12: stackflow.agent.v1.Operation.ChangesEntry
-	nil,                           // 13: stackflow.agent.v1.Operation.OutputsEntry
+	(CheckoutState)(0),            // 0: stackflow.agent.v1.CheckoutState
+	(OperationType)(0),            // 1: stackflow.agent.v1.OperationType
+	(OperationState)(0),           // 2: stackflow.agent.v1.OperationState
+	(*InfoRequest)(nil),           // 3: stackflow.agent.v1.InfoRequest
+	(*InfoResponse)(nil),          // 4: stackflow.agent.v1.InfoResponse
+	(*CheckoutRequest)(nil),       // 5: stackflow.agent.v1.CheckoutRequest
+	(*CheckoutStatus)(nil),        // 6: stackflow.agent.v1.CheckoutStatus
+	(*ConfigItem)(nil),            // 7: stackflow.agent.v1.ConfigItem
+	(*SelectStackRequest)(nil),    // 8: stackflow.agent.v1.SelectStackRequest
+	(*SelectStackResponse)(nil),   // 9: stackflow.agent.v1.SelectStackResponse
+	(*StartOperationRequest)(nil), // 10: stackflow.agent.v1.StartOperationRequest
+	(*GetOperationRequest)(nil),   // 11: stackflow.agent.v1.GetOperationRequest
+	(*Output)(nil),                // 12: stackflow.agent.v1.Output
+	(*Operation)(nil),             // 13: stackflow.agent.v1.Operation
+	(*OperationEvent)(nil),        // 14: stackflow.agent.v1.OperationEvent
+	nil,                           // 15: stackflow.agent.v1.Operation.ChangesEntry
+	nil,                           // 16: stackflow.agent.v1.Operation.OutputsEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	4,  // 0: stackflow.agent.v1.SelectStackRequest.config:type_name -> stackflow.agent.v1.ConfigItem
-	0,  // 1: stackflow.agent.v1.StartOperationRequest.type:type_name -> stackflow.agent.v1.OperationType
-	1,  // 2: stackflow.agent.v1.Operation.state:type_name -> stackflow.agent.v1.OperationState
-	0,  // 3: stackflow.agent.v1.Operation.type:type_name -> stackflow.agent.v1.OperationType
-	12, // 4: stackflow.agent.v1.Operation.changes:type_name -> stackflow.agent.v1.Operation.ChangesEntry
-	13, // 5: stackflow.agent.v1.Operation.outputs:type_name -> stackflow.agent.v1.Operation.OutputsEntry
-	10, // 6: stackflow.agent.v1.OperationEvent.result:type_name -> stackflow.agent.v1.Operation
-	9,  // 7: stackflow.agent.v1.Operation.OutputsEntry.value:type_name -> stackflow.agent.v1.Output
-	2,  // 8: stackflow.agent.v1.Agent.Info:input_type -> stackflow.agent.v1.InfoRequest
-	5,  // 9: stackflow.agent.v1.Agent.SelectStack:input_type -> stackflow.agent.v1.SelectStackRequest
-	7,  // 10: stackflow.agent.v1.Agent.StartOperation:input_type -> stackflow.agent.v1.StartOperationRequest
-	8,  // 11: stackflow.agent.v1.Agent.GetOperation:input_type -> stackflow.agent.v1.GetOperationRequest
-	8,  // 12: stackflow.agent.v1.Agent.WatchOperation:input_type -> stackflow.agent.v1.GetOperationRequest
-	8,  // 13: stackflow.agent.v1.Agent.CancelOperation:input_type -> stackflow.agent.v1.GetOperationRequest
-	3,  // 14: stackflow.agent.v1.Agent.Info:output_type -> stackflow.agent.v1.InfoResponse
-	6,  // 15: stackflow.agent.v1.Agent.SelectStack:output_type -> stackflow.agent.v1.SelectStackResponse
-	10, // 16: stackflow.agent.v1.Agent.StartOperation:output_type -> stackflow.agent.v1.Operation
-	10, // 17: stackflow.agent.v1.Agent.GetOperation:output_type -> stackflow.agent.v1.Operation
-	11, // 18: stackflow.agent.v1.Agent.WatchOperation:output_type -> stackflow.agent.v1.OperationEvent
-	10, // 19: stackflow.agent.v1.Agent.CancelOperation:output_type -> stackflow.agent.v1.Operation
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	6,  // 0: stackflow.agent.v1.InfoResponse.checkout:type_name -> stackflow.agent.v1.CheckoutStatus
+	0,  // 1: stackflow.agent.v1.CheckoutStatus.state:type_name -> stackflow.agent.v1.CheckoutState
+	7,  // 2: stackflow.agent.v1.SelectStackRequest.config:type_name -> stackflow.agent.v1.ConfigItem
+	1,  // 3: stackflow.agent.v1.StartOperationRequest.type:type_name -> stackflow.agent.v1.OperationType
+	2,  // 4: stackflow.agent.v1.Operation.state:type_name -> stackflow.agent.v1.OperationState
+	1,  // 5: stackflow.agent.v1.Operation.type:type_name -> stackflow.agent.v1.OperationType
+	15, // 6: stackflow.agent.v1.Operation.changes:type_name -> stackflow.agent.v1.Operation.ChangesEntry
+	16, // 7: stackflow.agent.v1.Operation.outputs:type_name -> stackflow.agent.v1.Operation.OutputsEntry
+	13, // 8: stackflow.agent.v1.OperationEvent.result:type_name -> stackflow.agent.v1.Operation
+	12, // 9: stackflow.agent.v1.Operation.OutputsEntry.value:type_name -> stackflow.agent.v1.Output
+	3,  // 10: stackflow.agent.v1.Agent.Info:input_type -> stackflow.agent.v1.InfoRequest
+	8,  // 11: stackflow.agent.v1.Agent.SelectStack:input_type -> stackflow.agent.v1.SelectStackRequest
+	10, // 12: stackflow.agent.v1.Agent.StartOperation:input_type -> stackflow.agent.v1.StartOperationRequest
+	11, // 13: stackflow.agent.v1.Agent.GetOperation:input_type -> stackflow.agent.v1.GetOperationRequest
+	11, // 14: stackflow.agent.v1.Agent.WatchOperation:input_type -> stackflow.agent.v1.GetOperationRequest
+	11, // 15: stackflow.agent.v1.Agent.CancelOperation:input_type -> stackflow.agent.v1.GetOperationRequest
+	5,  // 16: stackflow.agent.v1.Agent.Checkout:input_type -> stackflow.agent.v1.CheckoutRequest
+	4,  // 17: stackflow.agent.v1.Agent.Info:output_type -> stackflow.agent.v1.InfoResponse
+	9,  // 18: stackflow.agent.v1.Agent.SelectStack:output_type -> stackflow.agent.v1.SelectStackResponse
+	13, // 19: stackflow.agent.v1.Agent.StartOperation:output_type -> stackflow.agent.v1.Operation
+	13, // 20: stackflow.agent.v1.Agent.GetOperation:output_type -> stackflow.agent.v1.Operation
+	14, // 21: stackflow.agent.v1.Agent.WatchOperation:output_type -> stackflow.agent.v1.OperationEvent
+	13, // 22: stackflow.agent.v1.Agent.CancelOperation:output_type -> stackflow.agent.v1.Operation
+	6,  // 23: stackflow.agent.v1.Agent.Checkout:output_type -> stackflow.agent.v1.CheckoutStatus
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1182,12 +1458,12 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
-	file_agent_proto_msgTypes[2].OneofWrappers = []any{
+	file_agent_proto_msgTypes[4].OneofWrappers = []any{
 		(*ConfigItem_ValueJson)(nil),
 		(*ConfigItem_ValueFromEnv)(nil),
 		(*ConfigItem_ValueFromFile)(nil),
 	}
-	file_agent_proto_msgTypes[9].OneofWrappers = []any{
+	file_agent_proto_msgTypes[11].OneofWrappers = []any{
 		(*OperationEvent_Log)(nil),
 		(*OperationEvent_Step)(nil),
 		(*OperationEvent_Result)(nil),
@@ -1197,8 +1473,8 @@ func file_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   12,
+			NumEnums:      3,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Agent_GetOperation_FullMethodName    = "/stackflow.agent.v1.Agent/GetOperation"
 	Agent_WatchOperation_FullMethodName  = "/stackflow.agent.v1.Agent/WatchOperation"
 	Agent_CancelOperation_FullMethodName = "/stackflow.agent.v1.Agent/CancelOperation"
+	Agent_Checkout_FullMethodName        = "/stackflow.agent.v1.Agent/Checkout"
 )
 
 // AgentClient is the client API for Agent service.
@@ -53,6 +54,18 @@ type AgentClient interface {
 	WatchOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OperationEvent], error)
 	// CancelOperation asks a running operation to stop.
 	CancelOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error)
+	// Checkout moves the workspace to another revision of its source (another
+	// git ref, or another artifact) without restarting the agent. It returns at
+	// once; the agent fetches the revision into a new directory and installs its
+	// dependencies in the background, and Info reports the checkout's progress.
+	// Until it ends, operations and SelectStack are refused (FAILED_PRECONDITION);
+	// a failed checkout leaves the previous revision in place. Once it succeeds,
+	// every stack must be selected again: the configuration set before belonged
+	// to the previous checkout. Checkout is refused (FAILED_PRECONDITION) while
+	// an operation or SelectStack runs; a request for the revision already
+	// checked out, or being checked out, returns its status; a request for
+	// another revision replaces a checkout in progress.
+	Checkout(ctx context.Context, in *CheckoutRequest, opts ...grpc.CallOption) (*CheckoutStatus, error)
 }
 
 type agentClient struct {
@@ -132,6 +145,16 @@ func (c *agentClient) CancelOperation(ctx context.Context, in *GetOperationReque
 	return out, nil
 }
 
+func (c *agentClient) Checkout(ctx context.Context, in *CheckoutRequest, opts ...grpc.CallOption) (*CheckoutStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckoutStatus)
+	err := c.cc.Invoke(ctx, Agent_Checkout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -152,6 +175,18 @@ type AgentServer interface {
 	WatchOperation(*GetOperationRequest, grpc.ServerStreamingServer[OperationEvent]) error
 	// CancelOperation asks a running operation to stop.
 	CancelOperation(context.Context, *GetOperationRequest) (*Operation, error)
+	// Checkout moves the workspace to another revision of its source (another
+	// git ref, or another artifact) without restarting the agent. It returns at
+	// once; the agent fetches the revision into a new directory and installs its
+	// dependencies in the background, and Info reports the checkout's progress.
+	// Until it ends, operations and SelectStack are refused (FAILED_PRECONDITION);
+	// a failed checkout leaves the previous revision in place. Once it succeeds,
+	// every stack must be selected again: the configuration set before belonged
+	// to the previous checkout. Checkout is refused (FAILED_PRECONDITION) while
+	// an operation or SelectStack runs; a request for the revision already
+	// checked out, or being checked out, returns its status; a request for
+	// another revision replaces a checkout in progress.
+	Checkout(context.Context, *CheckoutRequest) (*CheckoutStatus, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -179,6 +214,9 @@ func (UnimplementedAgentServer) WatchOperation(*GetOperationRequest, grpc.Server
 }
 func (UnimplementedAgentServer) CancelOperation(context.Context, *GetOperationRequest) (*Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelOperation not implemented")
+}
+func (UnimplementedAgentServer) Checkout(context.Context, *CheckoutRequest) (*CheckoutStatus, error) {
+	return nil, status.Error(codes.Unimplemented, "method Checkout not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -302,6 +340,24 @@ func _Agent_CancelOperation_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_Checkout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).Checkout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_Checkout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).Checkout(ctx, req.(*CheckoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -328,6 +384,10 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelOperation",
 			Handler:    _Agent_CancelOperation_Handler,
+		},
+		{
+			MethodName: "Checkout",
+			Handler:    _Agent_Checkout_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
+)
+
+// Retry delays of a failed in-place checkout: one the agent classified
+// (the revision is missing or refused, its dependencies failed to install)
+// is asked again after a minute, in case the source catches up; one that may
+// pass (a network error) after a few seconds.
+const (
+	checkoutRetryClassified = time.Minute
+	checkoutRetryTransient  = 5 * time.Second
+)
+
+// checkoutAction is what the Workspace controller does about the revision a
+// serving agent holds.
+type checkoutAction int
+
+const (
+	// checkoutDone: the agent holds the spec's revision.
+	checkoutDone checkoutAction = iota
+	// checkoutStart: ask the agent to check the spec's revision out.
+	checkoutStart
+	// checkoutWait: the agent is checking it out.
+	checkoutWait
+	// checkoutFailed: its checkout failed; report it until the retry.
+	checkoutFailed
+)
+
+// checkoutDecision says what to do, and for checkoutWait and checkoutFailed
+// the condition to report and when to look again.
+type checkoutDecision struct {
+	Action  checkoutAction
+	Request *agentv1.CheckoutRequest
+	Reason  string
+	Message string
+	// Stalled: the failure needs the source or the spec to change.
+	Stalled bool
+	After   time.Duration
+}
+
+// checkoutRequest is the Checkout request for the spec's source revision and
+// the source ref the agent reports once it holds it; nil for a source
+// without revisions (a local directory, a program baked into the image).
+func checkoutRequest(spec *autov1alpha1.WorkspaceSpec) (*agentv1.CheckoutRequest, string) {
+	switch {
+	case spec.Git != nil && spec.Git.Ref != "":
+		return &agentv1.CheckoutRequest{GitRef: spec.Git.Ref}, spec.Git.Ref
+	case spec.Flux != nil && spec.Flux.Digest != "":
+		return &agentv1.CheckoutRequest{ArtifactUrl: spec.Flux.Url, ArtifactDigest: spec.Flux.Digest}, spec.Flux.Digest
+	}
+	return nil, ""
+}
+
+// decideCheckout compares the revision a serving agent holds (and its last
+// checkout) with the spec's. Everything it decides from is the agent's own
+// account, so a restarted operator decides the same.
+func decideCheckout(spec *autov1alpha1.WorkspaceSpec, info *agentv1.InfoResponse, now time.Time) checkoutDecision {
+	req, ref := checkoutRequest(spec)
+	if req == nil || info.GetSourceRef() == ref {
+		return checkoutDecision{Action: checkoutDone}
+	}
+	start := checkoutDecision{Action: checkoutStart, Request: req}
+	co := info.GetCheckout()
+	if co.GetSourceRef() != ref {
+		return start
+	}
+	switch co.GetState() {
+	case agentv1.CheckoutState_CHECKOUT_STATE_RUNNING:
+		return checkoutDecision{Action: checkoutWait, Reason: autov1alpha1.WorkspaceReasonInitializing,
+			Message: fmt.Sprintf("the agent is checking out %s in place (it holds %s)", ref, shortRev(info.GetRevision())), After: 2 * time.Second}
+	case agentv1.CheckoutState_CHECKOUT_STATE_FAILED:
+		retry, reason := checkoutRetryTransient, autov1alpha1.WorkspaceReasonCheckoutFailed
+		if co.GetReason() != "" {
+			retry, reason = checkoutRetryClassified, co.GetReason()
+		}
+		left := retry - now.Sub(time.Unix(0, co.GetEndTimeUnixNano()))
+		if left <= 0 {
+			return start
+		}
+		return checkoutDecision{Action: checkoutFailed, Reason: reason, Stalled: co.GetReason() != "", After: left,
+			Message: fmt.Sprintf("check out %s: %s (the agent keeps %s; retried in %s)", ref, co.GetMessage(), shortRev(info.GetRevision()), left.Round(time.Second))}
+	}
+	return start
+}
+
+// reconcileCheckout moves a serving agent to the spec's source revision in
+// place, without a new pod or process. It reports false, with the result to
+// return, until the agent holds that revision.
+func (r *WorkspaceReconciler) reconcileCheckout(ctx context.Context, ws *autov1alpha1.Workspace, agent agentv1.AgentClient, info *agentv1.InfoResponse) (bool, ctrl.Result, error) {
+	gen := ws.Generation
+	conds := &ws.Status.Conditions
+	d := decideCheckout(&ws.Spec, info, r.now())
+	switch d.Action {
+	case checkoutDone:
+		return true, ctrl.Result{}, nil
+	case checkoutWait, checkoutFailed:
+		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, d.Reason, d.Message)
+		if d.Stalled {
+			setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, d.Reason, d.Message)
+		} else {
+			apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
+		}
+		return false, ctrl.Result{RequeueAfter: d.After}, nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := agent.Checkout(callCtx, d.Request)
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.FailedPrecondition:
+		// An update or a configuration runs: the checkout waits for it.
+		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing,
+			"waiting to check out the new revision: "+status.Convert(err).Message())
+		return false, ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	case codes.Unimplemented:
+		msg := "the workspace's agent cannot check out a new revision in place (it predates the operator's); " +
+			"use a workspace image with the operator's agent, or recreate the Workspace"
+		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonCheckoutFailed, msg)
+		setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonCheckoutFailed, msg)
+		return false, ctrl.Result{}, nil
+	default:
+		return false, ctrl.Result{}, fmt.Errorf("ask the agent to check out the new revision: %w", err)
+	}
+	log.FromContext(ctx).Info("Checking out the new revision in place", "ref", st.GetSourceRef(), "from", info.GetRevision())
+	apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
+	setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing,
+		fmt.Sprintf("the agent is checking out %s in place (it holds %s)", st.GetSourceRef(), shortRev(info.GetRevision())))
+	return false, ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+}
