@@ -1,6 +1,7 @@
 package images
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,19 @@ type Options struct {
 	WorkDir string
 	// Logf, if set, receives progress lines.
 	Logf func(format string, args ...any)
+	// FastCompression compresses the layers at gzip.BestSpeed rather than
+	// the default level: larger layers in about a third of the time, for
+	// images imported on this machine (the test cluster's) rather than
+	// published. The layers are still reproducible for the same level.
+	FastCompression bool
+}
+
+// gzipLevel is the layers' compression level.
+func (opts Options) gzipLevel() int {
+	if opts.FastCompression {
+		return gzip.BestSpeed
+	}
+	return gzip.DefaultCompression
 }
 
 // DefaultPlatforms are linux/amd64 and linux/arm64.
@@ -133,7 +147,7 @@ func Build(ctx context.Context, opts Options, specs []Spec) ([]Built, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := layer(baseFiles, opts.Source.Created)
+	base, err := layerAt(baseFiles, opts.Source.Created, opts.gzipLevel())
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +289,7 @@ func image(s Spec, opts Options, p v1.Platform, base v1.Layer, executables map[s
 			entry{path: "/etc/passwd", mode: 0o644, content: []byte(pw)},
 			entry{path: "/etc/group", mode: 0o644, content: []byte(gr)})
 	}
-	app, err := layer(entries, opts.Source.Created)
+	app, err := layerAt(entries, opts.Source.Created, opts.gzipLevel())
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,12 @@ type entry struct {
 // parent directories added (0755, root), every timestamp mtime, no user or
 // group names, the PAX format only where USTAR cannot hold a header.
 func layer(entries []entry, mtime time.Time) (v1.Layer, error) {
+	return layerAt(entries, mtime, gzip.DefaultCompression)
+}
+
+// layerAt is layer compressed at a gzip level (gzip.BestSpeed for images
+// that never leave the machine).
+func layerAt(entries []entry, mtime time.Time, level int) (v1.Layer, error) {
 	byPath := map[string]entry{}
 	for _, e := range entries {
 		if _, dup := byPath[e.path]; dup {
@@ -92,7 +98,7 @@ func layer(entries []entry, mtime time.Time) (v1.Layer, error) {
 	// it again for the digest nor depends on its own compressor's output.
 	// The gzip header carries no name and no time.
 	var gzBuf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&gzBuf, gzip.DefaultCompression)
+	zw, err := gzip.NewWriterLevel(&gzBuf, level)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package images
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"os"
@@ -140,5 +141,34 @@ func TestBaseEntriesNeedsTheCABundle(t *testing.T) {
 	}
 	if !bytes.Equal([]byte(files[CABundlePath]), []byte("-----BEGIN CERTIFICATE-----\n")) {
 		t.Errorf("CA bundle not copied")
+	}
+}
+
+// A fast-compressed layer holds the same tar (the same diff ID) under
+// another digest, and is reproducible at its level.
+func TestFastLayerHasTheSameContent(t *testing.T) {
+	mtime := time.Unix(1700000000, 0)
+	entries := []entry{{path: "/bin/x", mode: 0o755, content: bytes.Repeat([]byte("stackflow "), 10000)}}
+	def, err := layer(entries, mtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := layerAt(entries, mtime, gzip.BestSpeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := layerAt(entries, mtime, gzip.BestSpeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defDiff, _ := def.DiffID()
+	fastDiff, _ := fast.DiffID()
+	if defDiff != fastDiff {
+		t.Errorf("diff IDs %s (default) and %s (fast) differ", defDiff, fastDiff)
+	}
+	d1, _ := fast.Digest()
+	d2, _ := again.Digest()
+	if d1 != d2 {
+		t.Errorf("fast layer not reproducible: %s vs %s", d1, d2)
 	}
 }

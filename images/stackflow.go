@@ -6,12 +6,16 @@ package images
 // --agent-image flag names that image: the agent must stay at /agent.
 const agentPath = "/agent"
 
+// OperatorImage is the name of the operator image (the chart's image.repository
+// ends with it).
+const OperatorImage = "stackflow-operator"
+
 // Stackflow returns the images this repository publishes. Issue 15's test
 // workspace and pause images are meant to be one more entry each.
 func Stackflow() []Spec {
 	return []Spec{
 		{
-			Name:        "stackflow-operator",
+			Name:        OperatorImage,
 			Description: "Stackflow operator (Pulumi Kubernetes Operator v2 API) and the workspace agent its pods copy from /agent",
 			Binaries: []Binary{
 				{Package: "./operator/cmd/operator", Path: "/operator"},

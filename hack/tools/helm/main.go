@@ -1,16 +1,21 @@
 // Command helm-render renders a Helm chart as `helm template` does, with the
-// Helm SDK, for the chart tests (operator/test/install). It lives in a module
+// Helm SDK, for the chart tests (operator/test/install), and installs it into
+// a cluster as `helm install` does (operator/test/clustere2e). It lives in a module
 // of its own: helm.sh/helm/v3 v3.22.0 requires k8s.io/* v0.37 and kustomize
 // v0.21, which would lift the main module's k8s v0.35 pins (controller-runtime
 // v0.23's line) and some thirty other modules.
 //
 //	helm-render --chart DIR [--release NAME] [--namespace NS] [--values FILE]... [--include-crds]
 //	helm-render --lint --chart DIR [--values FILE]...
+//	helm-render --install --kubeconfig FILE --chart DIR [--release NAME] [--namespace NS] [--values FILE]... [--create-namespace] [--wait] [--timeout D]
+//	helm-render --uninstall --kubeconfig FILE [--release NAME] [--namespace NS] [--wait] [--timeout D]
 //
 // The manifests go to stdout as one YAML stream, each document preceded by a
 // "# Source: <template>" comment, ordered by template path. --lint runs
 // `helm lint`'s checks instead, printing each finding and failing on any
-// warning or error.
+// warning or error. --install and --uninstall use Helm's install and
+// uninstall actions against the kubeconfig's cluster (release records in
+// Secrets of the release namespace, as the helm CLI keeps them).
 package main
 
 import (
@@ -20,6 +25,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -41,10 +47,35 @@ func main() {
 		namespace   = flag.String("namespace", "stackflow-system", "release namespace")
 		includeCRDs = flag.Bool("include-crds", false, "also print the chart's crds/")
 		lintOnly    = flag.Bool("lint", false, "lint the chart instead of rendering it")
+		doInstall   = flag.Bool("install", false, "install the chart into the cluster of --kubeconfig instead of rendering it")
+		doUninstall = flag.Bool("uninstall", false, "uninstall the release from the cluster of --kubeconfig")
 		values      files
+		inst        installOptions
 	)
+	flag.StringVar(&inst.kubeconfig, "kubeconfig", "", "--install, --uninstall: the cluster's kubeconfig")
+	flag.BoolVar(&inst.createNamespace, "create-namespace", false, "--install: create the release namespace")
+	flag.BoolVar(&inst.wait, "wait", false, "--install, --uninstall: wait for the objects to be ready (or gone)")
+	flag.DurationVar(&inst.timeout, "timeout", 5*time.Minute, "--install, --uninstall: how long --wait waits")
 	flag.Var(&values, "values", "values file (repeatable; later files win)")
 	flag.Parse()
+	if (*doInstall || *doUninstall) && inst.kubeconfig == "" {
+		fmt.Fprintln(os.Stderr, "helm-render: --install and --uninstall need --kubeconfig")
+		os.Exit(2)
+	}
+	switch {
+	case *doInstall:
+		if err := install(inst, *chartDir, *release, *namespace, values); err != nil {
+			fmt.Fprintln(os.Stderr, "helm-render:", err)
+			os.Exit(1)
+		}
+		return
+	case *doUninstall:
+		if err := uninstall(inst, *release, *namespace); err != nil {
+			fmt.Fprintln(os.Stderr, "helm-render:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *lintOnly {
 		if err := lintChart(*chartDir, *namespace, values); err != nil {
 			fmt.Fprintln(os.Stderr, "helm-render:", err)

@@ -46,14 +46,14 @@ func run(ctx context.Context, opts cluster.Options, root, imagesDir string) erro
 	if err != nil {
 		return err
 	}
-	opts.Logf("Images built in %s: %s, %s", time.Since(start).Round(time.Millisecond), imgs.Pause, imgs.Workspace)
+	opts.Logf("Images built in %s: %s, %s, %s", time.Since(start).Round(time.Millisecond), imgs.Pause, imgs.Workspace, imgs.Operator)
 	opts.Images, opts.PauseImage = imgs.Archives, imgs.Pause
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	kc, _ := filepath.Abs(c.Kubeconfig)
-	fmt.Printf("Cluster ready. export KUBECONFIG=%s\nPods reach the host at %s; workspace image %s. Ctrl-C stops it.\n", kc, c.GatewayIP, imgs.Workspace)
+	fmt.Printf("Cluster ready. export KUBECONFIG=%s\nPods reach the host at %s; workspace image %s, operator image %s. Ctrl-C stops it.\n", kc, c.GatewayIP, imgs.Workspace, imgs.Operator)
 	<-ctx.Done()
 	return c.Stop()
 }

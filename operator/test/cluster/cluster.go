@@ -147,7 +147,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	gw := subnet.IP.To4()
 	c.GatewayIP = net.IPv4(gw[0], gw[1], gw[2], gw[3]+1).String()
 	c.ports = map[string]int{}
-	for _, name := range []string{"etcd", "etcd-peer", "apiserver", "kubelet"} {
+	for _, name := range []string{"etcd", "etcd-peer", "apiserver", "kubelet", "kube-proxy-healthz", "kube-proxy-metrics"} {
 		if c.ports[name], err = freePort(); err != nil {
 			return nil, err
 		}
@@ -172,6 +172,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		{"containerd", c.startContainerd},
 		{"image import", c.importImages},
 		{"kubelet and a Ready node", c.startKubelet},
+		{"kube-proxy and the kubernetes Service's rules", c.startKubeProxy},
 		{"default service account", c.waitDefaultServiceAccount},
 	} {
 		if err := phase(p.name, p.f); err != nil {
@@ -187,7 +188,7 @@ func checkBinaries(opts Options) error {
 	for _, f := range []string{
 		filepath.Join(opts.KubeDir, "etcd"), filepath.Join(opts.KubeDir, "kube-apiserver"),
 		filepath.Join(opts.ClusterDir, "kube-controller-manager"), filepath.Join(opts.ClusterDir, "kube-scheduler"),
-		filepath.Join(opts.ClusterDir, "kubelet"),
+		filepath.Join(opts.ClusterDir, "kubelet"), filepath.Join(opts.ClusterDir, "kube-proxy"),
 	} {
 		if _, err := os.Stat(f); err != nil {
 			missing = append(missing, f)
@@ -278,6 +279,8 @@ func (c *Cluster) writePKI(context.Context) error {
 		{"controller-manager", "system:kube-controller-manager", ""},
 		{"scheduler", "system:kube-scheduler", ""},
 		{"kubelet", "system:node:" + NodeName, "system:nodes"},
+		// Bound to system:node-proxier by the API server's default RBAC.
+		{"kube-proxy", "system:kube-proxy", ""},
 	} {
 		var orgs []string
 		if k.org != "" {

@@ -2,16 +2,19 @@
 // components for end-to-end tests and `make cluster`: etcd, kube-apiserver,
 // kube-controller-manager and kube-scheduler (built by hack/substrate.sh kube
 // and cluster), containerd and runc (Debian's packages) with a bridge CNI
-// network (containernetworking-plugins), and a kubelet. Workspace pods really
-// run: images are imported into containerd from OCI archives (package images:
-// the pause image is the kubelet's sandbox, the test workspace image holds
-// the agent, pulumi and the test provider), since no registry is reachable.
+// network (containernetworking-plugins), a kubelet and kube-proxy (iptables
+// mode, so pods reach Services' ClusterIPs, the API server's among them).
+// Workspace pods really run: images are imported into containerd from OCI
+// archives (package images: the pause image is the kubelet's sandbox, the
+// test workspace image holds the agent, pulumi and the test provider, the
+// operator image is the chart's), since no registry is reachable.
 //
 // Everything lives under one temporary directory and is torn down by Stop:
 // the processes die with the test process (Pdeathsig), containerd and the
 // kubelet run in a private mount namespace (so every mount they make goes
-// away with it), the pods' cgroups are emptied and removed, the bridge is
-// deleted and the kernel settings the kubelet changes are restored.
+// away with it), the pods' cgroups are emptied and removed, the bridge, the
+// iptables chains of the bridge plugin, kube-proxy and the kubelet are
+// deleted and the kernel settings they change are restored.
 //
 // It needs root (the machine and CI run as root). It imports package images,
 // client-go and the Kubernetes API types, nothing of the operator.

@@ -15,15 +15,19 @@ import (
 // Images are the test cluster's images, built as OCI archives for import.
 type Images struct {
 	// Pause is the kubelet's sandbox image; Workspace the test workspace image
-	// (agent at /agent, pulumi, pulumi-language-yaml, the test provider).
-	Pause, Workspace string
+	// (agent at /agent, pulumi, pulumi-language-yaml, the test provider);
+	// Operator the operator image (/operator and /agent), for installing the
+	// chart.
+	Pause, Workspace, Operator string
 	// Archives are the OCI archives, for Options.Images.
 	Archives []string
 }
 
-// BuildImages builds images.Cluster for the host's platform into dir with
-// the repository at moduleRoot, version "cluster" (the references do not
-// change from commit to commit; the kubelet never pulls them).
+// BuildImages builds images.Cluster and the operator image for the host's
+// platform into dir with the repository at moduleRoot, version "cluster" (the
+// references do not change from commit to commit; the kubelet never pulls
+// them). The operator adds one binary to the same go build (the agent is
+// built once for both images).
 func BuildImages(ctx context.Context, moduleRoot, dir string, logf func(string, ...any)) (Images, error) {
 	if runtime.GOARCH != "amd64" {
 		return Images{}, fmt.Errorf("the test workspace image holds the substrate's amd64 binaries; this is %s", runtime.GOARCH)
@@ -32,6 +36,11 @@ func BuildImages(ctx context.Context, moduleRoot, dir string, logf func(string, 
 	if err != nil {
 		return Images{}, err
 	}
+	op, err := images.Select(images.Stackflow(), []string{images.OperatorImage})
+	if err != nil {
+		return Images{}, err
+	}
+	specs = append(specs, op...)
 	src, err := images.GitSource(ctx, moduleRoot, images.SourceDateEpoch())
 	if err != nil {
 		return Images{}, err
@@ -48,6 +57,9 @@ func BuildImages(ctx context.Context, moduleRoot, dir string, logf func(string, 
 		CABundle:   images.DefaultCABundle,
 		WorkDir:    filepath.Join(dir, "work"),
 		Logf:       logf,
+		// Imported here, never published: gzip's fastest level takes about
+		// a third of the default's time on these binaries.
+		FastCompression: true,
 	}, specs)
 	if err != nil {
 		return Images{}, err
@@ -68,6 +80,8 @@ func BuildImages(ctx context.Context, moduleRoot, dir string, logf func(string, 
 			out.Pause = ref.Name()
 		case images.TestWorkspaceImage:
 			out.Workspace = ref.Name()
+		case images.OperatorImage:
+			out.Operator = ref.Name()
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(dir, "work"))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -278,9 +279,10 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 
 // Stop tears the cluster down: it stops the controllers (so nothing
 // recreates pods), deletes every pod and waits a little for the kubelet to
-// stop them (removing their network), stops every process, kills what is
-// left in the pods' cgroups and the containerd shims, removes the cgroups
-// and the bridge, puts the kernel settings back and removes Dir.
+// stop them (removing their network), stops every process (kube-proxy's
+// rules removed with kube-proxy --cleanup), kills what is left in the pods'
+// cgroups and the containerd shims, removes the cgroups, the bridge and the
+// kubelet's iptables chains, puts the kernel settings back and removes Dir.
 func (c *Cluster) Stop() error {
 	start := time.Now()
 	var errs []error
@@ -301,6 +303,12 @@ func (c *Cluster) Stop() error {
 		c.drain()
 	}
 	stop("kubelet", 10*time.Second)
+	if byName["kube-proxy"] != nil {
+		stop("kube-proxy", 5*time.Second)
+		if err := c.cleanupKubeProxy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	stop("kube-apiserver", 10*time.Second)
 	stop("etcd", 10*time.Second)
 	c.killPods()
@@ -316,6 +324,11 @@ func (c *Cluster) Stop() error {
 	}
 	if err := removeCNIRules(); err != nil {
 		errs = append(errs, err)
+	}
+	if byName["kubelet"] != nil {
+		if err := removeKubeletChains(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for n := range listNetns() {
 		if c.netnsAtStart != nil && !c.netnsAtStart[n] && strings.HasPrefix(n, "cni-") {
@@ -567,4 +580,49 @@ func lockMachine() (*os.File, error) {
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return f, nil
+}
+
+// kubeletChains are the iptables chains the kubelet makes (its canary, the
+// hint kube-proxy reads to pick a backend, and KUBE-FIREWALL, which drops
+// non-loopback packets to 127.0.0.0/8), in every table, for IPv4 and IPv6.
+var kubeletChains = []string{"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"}
+
+// removeKubeletChains deletes the jumps to kubeletChains and the chains,
+// after the kubelet has stopped; absent ones are skipped.
+func removeKubeletChains() error {
+	var errs []error
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		if _, err := lookPath(bin); err != nil {
+			continue
+		}
+		for _, table := range []string{"filter", "nat", "mangle", "raw"} {
+			out, err := exec.Command(bin, "-t", table, "-S").Output()
+			if err != nil {
+				continue // no such table here
+			}
+			present := map[string]bool{}
+			var jumps [][]string
+			for _, line := range strings.Split(string(out), "\n") {
+				f := strings.Fields(line)
+				switch {
+				case len(f) == 2 && f[0] == "-N" && slices.Contains(kubeletChains, f[1]):
+					present[f[1]] = true
+				case len(f) >= 4 && f[0] == "-A" && !slices.Contains(kubeletChains, f[1]) && f[len(f)-2] == "-j" && slices.Contains(kubeletChains, f[len(f)-1]):
+					jumps = append(jumps, append([]string{"-t", table, "-D"}, f[1:]...))
+				}
+			}
+			for _, j := range jumps {
+				if out, err := exec.Command(bin, j...).CombinedOutput(); err != nil {
+					errs = append(errs, fmt.Errorf("%s %s: %w: %s", bin, strings.Join(j, " "), err, out))
+				}
+			}
+			for ch := range present {
+				_ = exec.Command(bin, "-t", table, "-F", ch).Run()
+				if out, err := exec.Command(bin, "-t", table, "-X", ch).CombinedOutput(); err != nil {
+					errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", bin, table, ch, err, out))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
