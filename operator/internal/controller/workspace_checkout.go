@@ -88,12 +88,15 @@ func decideCheckout(spec *autov1alpha1.WorkspaceSpec, info *agentv1.InfoResponse
 		if co.GetReason() != "" {
 			retry, reason = checkoutRetryClassified, co.GetReason()
 		}
-		left := retry - now.Sub(time.Unix(0, co.GetEndTimeUnixNano()))
+		at := time.Unix(0, co.GetEndTimeUnixNano()).Add(retry)
+		left := at.Sub(now)
 		if left <= 0 {
 			return start
 		}
+		// The retry's time, not a countdown: the message stays the same
+		// across reconciles, so the status is not rewritten each time.
 		return checkoutDecision{Action: checkoutFailed, Reason: reason, Stalled: co.GetReason() != "", After: left,
-			Message: fmt.Sprintf("check out %s: %s (the agent keeps %s; retried in %s)", ref, co.GetMessage(), shortRev(info.GetRevision()), left.Round(time.Second))}
+			Message: fmt.Sprintf("check out %s: %s (the agent keeps %s; asked again at %s)", ref, co.GetMessage(), shortRev(info.GetRevision()), at.UTC().Format(time.RFC3339))}
 	}
 	return start
 }

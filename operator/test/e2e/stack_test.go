@@ -129,7 +129,8 @@ func readyAt(rev string) func(*pulumiv1.Stack) bool {
 }
 
 // TestStackTracksBranch: a Stack on a branch deploys its head, then a pushed
-// commit within a resync interval; structured config reaches the program.
+// commit within a resync interval, checked out in place by the same agent
+// process; structured config reaches the program.
 func TestStackTracksBranch(t *testing.T) {
 	e, repo := stackEnv(t)
 	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
@@ -150,11 +151,16 @@ func TestStackTracksBranch(t *testing.T) {
 		t.Fatalf("lastUpdate = %+v", s.Status.LastUpdate)
 	}
 
+	pid := agentPID(t, e, "tracker")
 	program2 := strings.Replace(stackProgram, "content: ${content}", "content: pushed-${content}", 1)
 	sha2 := repo.Commit(t, "v2", map[string]string{"Pulumi.yaml": program2})
 	waitStack(t, s, 2*time.Minute, "ready at the pushed commit", readyAt(sha2))
 	if got, _ := e.pe.Record(t, "tracker"); got != "pushed-one" {
 		t.Fatalf("record after push = %q", got)
+	}
+	// The running agent checked the commit out in place.
+	if got := agentPID(t, e, "tracker"); got != pid {
+		t.Fatalf("agent process replaced for a new commit: pid %d, was %d", got, pid)
 	}
 	if h := stackHistory(t, e, repo, "tracker")[0]; h.Environment["git.head"] != sha2 {
 		t.Fatalf("backend recorded git.head %s, want %s", h.Environment["git.head"], sha2)

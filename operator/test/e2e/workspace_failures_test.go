@@ -304,3 +304,46 @@ func TestStackPinnedToMissingCommit(t *testing.T) {
 		t.Fatalf("record = %q", got)
 	}
 }
+
+// TestStackMovedToMissingCommitInPlace: a deployed Stack moved to a commit its
+// repository does not have keeps its agent (the in-place checkout fails, the
+// previous revision stays), stalls with SourceUnavailable naming the commit,
+// and deploys a commit that exists through the same agent process.
+func TestStackMovedToMissingCommitInPlace(t *testing.T) {
+	e, repo := stackEnv(t)
+	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
+	s := newStack(e.ns, "mover", pulumiv1.StackSpec{Stack: "mover", GitSource: gitSpec(repo.URL(), "", sha1),
+		Config: cfg("recordName", "mover", "content", "one")})
+	if err := cp.Client.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, s, 3*time.Minute, "ready at the first commit", readyAt(sha1))
+	pid := agentPID(t, e, "mover")
+
+	missing := strings.Repeat("0123456789", 4)
+	mutateStack(t, s, func(s *pulumiv1.Stack) { s.Spec.Commit = missing })
+	waitStack(t, s, 2*time.Minute, "stalled on the missing commit", func(s *pulumiv1.Stack) bool {
+		c := condition(s, pulumiv1.StalledCondition)
+		return c != nil && c.Reason == pulumiv1.StalledSourceUnavailableReason &&
+			strings.Contains(c.Message, "commit "+missing+" not found in "+repo.URL()) &&
+			strings.Contains(c.Message, "the agent keeps "+sha1[:7])
+	})
+	t.Logf("Stack Stalled: %s", condition(s, pulumiv1.StalledCondition).Message)
+	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "mover"}}
+	if err := get(t, ws); err != nil {
+		t.Fatal(err)
+	}
+	if !workspaceStalledWith(autov1alpha1.WorkspaceReasonSourceUnavailable, missing)(ws) {
+		t.Fatalf("workspace conditions: %+v", ws.Status.Conditions)
+	}
+
+	sha2 := repo.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(stackProgram, "content: ${content}", "content: moved-${content}", 1)})
+	mutateStack(t, s, func(s *pulumiv1.Stack) { s.Spec.Commit = sha2 })
+	waitStack(t, s, 2*time.Minute, "ready at the existing commit", readyAt(sha2))
+	if got, _ := e.pe.Record(t, "mover"); got != "moved-one" {
+		t.Fatalf("record = %q", got)
+	}
+	if got := agentPID(t, e, "mover"); got != pid {
+		t.Fatalf("agent process replaced: pid %d, was %d", got, pid)
+	}
+}
