@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -29,7 +31,6 @@ import (
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -191,12 +192,12 @@ func deleteStackAtEnd(t *testing.T, s *pulumiv1.Stack) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_ = testClient.Delete(ctx, s)
-		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			if err := testClient.Get(ctx, client.ObjectKeyFromObject(s), &pulumiv1.Stack{}); apierrors.IsNotFound(err) {
-				return
-			}
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(testClient.Get(ctx, client.ObjectKeyFromObject(s), &pulumiv1.Stack{})), nil
+		})
+		if err != nil {
+			t.Logf("Stack %s/%s still present a minute after its deletion", s.Namespace, s.Name)
 		}
-		t.Logf("Stack %s/%s still present a minute after its deletion", s.Namespace, s.Name)
 	})
 }
 
@@ -225,10 +226,7 @@ func TestOperatorFromHelmChart(t *testing.T) {
 	state := stateVolume(t, ns)
 	bindAuthDelegator(t, ns, "default")
 
-	gitRoot := t.TempDir()
-	repo := gitrepo.NewIn(t, gitRoot, "program")
-	srv := gitrepo.NewHTTPServerAt(t, gitRoot, testCluster.GatewayIP)
-	srv.Start(t)
+	repo, srv := servedRepo(t)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
 
 	release := installChart(t, ns, map[string]any{"operator": map[string]any{"workspaceAuth": "kube"}})

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 )
 
@@ -29,10 +28,7 @@ func TestMemoryLimitIsEnforced(t *testing.T) {
 	ctx := context.Background()
 	ns := restrictedNamespace(t)
 	stateVolume(t, ns)
-	gitRoot := t.TempDir()
-	repo := gitrepo.NewIn(t, gitRoot, "program")
-	srv := gitrepo.NewHTTPServerAt(t, gitRoot, testCluster.GatewayIP)
-	srv.Start(t)
+	repo, srv := servedRepo(t)
 	repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
 	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 

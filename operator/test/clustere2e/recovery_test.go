@@ -16,7 +16,6 @@ import (
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 	"github.com/stackflow-io/stackflow/operator/test/provider"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
@@ -35,10 +34,7 @@ func TestWorkspacePodKilledMidUpdate(t *testing.T) {
 	if err := os.WriteFile(hold, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gitRoot := t.TempDir()
-	repo := gitrepo.NewIn(t, gitRoot, "program")
-	srv := gitrepo.NewHTTPServerAt(t, gitRoot, testCluster.GatewayIP)
-	srv.Start(t)
+	repo, srv := servedRepo(t)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
 	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 

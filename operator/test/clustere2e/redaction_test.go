@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,7 +21,6 @@ import (
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
 
 // redactionMarker is what the agent writes in place of a secret
@@ -82,10 +83,7 @@ func TestEnvFromSecretIsRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gitRoot := t.TempDir()
-	repo := gitrepo.NewIn(t, gitRoot, "program")
-	srv := gitrepo.NewHTTPServerAt(t, gitRoot, testCluster.GatewayIP)
-	srv.Start(t)
+	repo, srv := servedRepo(t)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": echoEnvProgram})
 
 	release := installChart(t, ns, nil)
@@ -194,17 +192,14 @@ func TestEnvFromSecretIsRedacted(t *testing.T) {
 // the operator's status patches.
 func mutateStack(t *testing.T, s *pulumiv1.Stack, change func()) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := testClient.Get(context.Background(), client.ObjectKeyFromObject(s), s); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		change()
-		err := testClient.Update(context.Background(), s)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("updating %s: %v", s.Name, err)
-		}
+		return testClient.Update(context.Background(), s)
+	})
+	if err != nil {
+		t.Fatalf("updating %s: %v", s.Name, err)
 	}
 }

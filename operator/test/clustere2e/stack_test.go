@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -102,6 +104,17 @@ func stateVolume(t *testing.T, ns string) string {
 	return dir
 }
 
+// servedRepo is a git repository "program" served over HTTP on the
+// cluster's gateway address, which workspace pods reach.
+func servedRepo(t *testing.T) (*gitrepo.Repo, *gitrepo.HTTPServer) {
+	t.Helper()
+	root := t.TempDir()
+	repo := gitrepo.NewIn(t, root, "program")
+	srv := gitrepo.NewHTTPServerAt(t, root, testCluster.GatewayIP)
+	srv.Start(t)
+	return repo, srv
+}
+
 // removeWorkloads deletes the namespace's StatefulSets and pods (grace
 // period 0) and waits up to a minute for the pods to be gone.
 func removeWorkloads(t *testing.T, ns string) {
@@ -109,13 +122,13 @@ func removeWorkloads(t *testing.T, ns string) {
 	zero := int64(0)
 	_ = testCluster.Client.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	_ = testCluster.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := testCluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err == nil && len(pods.Items) == 0 {
-			return
-		}
+		return err == nil && len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		t.Logf("Pods of %s still present a minute after their deletion", ns)
 	}
-	t.Logf("Pods of %s still present a minute after their deletion", ns)
 }
 
 func literal(v string) pulumiv1.ResourceRef {
@@ -250,10 +263,7 @@ func TestStackDeploysThroughWorkspacePod(t *testing.T) {
 	ns := restrictedNamespace(t)
 	state := stateVolume(t, ns)
 
-	gitRoot := t.TempDir()
-	repo := gitrepo.NewIn(t, gitRoot, "program")
-	srv := gitrepo.NewHTTPServerAt(t, gitRoot, testCluster.GatewayIP)
-	srv.Start(t)
+	repo, srv := servedRepo(t)
 	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
 	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 
