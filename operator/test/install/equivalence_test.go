@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,6 +60,8 @@ func essence(t *testing.T, o *unstructured.Unstructured) map[string]any {
 		return map[string]any{"ports": sortedByName(get("spec", "ports"))}
 	case "CustomResourceDefinition":
 		return map[string]any{"spec": get("spec")}
+	case "ConfigMap":
+		return map[string]any{"data": get("data")}
 	}
 	return map[string]any{}
 }
@@ -137,6 +140,7 @@ func TestChartMatchesKustomizeComponents(t *testing.T) {
 	for _, tc := range []struct{ component, values string }{
 		{"webhook", "webhook: {enabled: true, secretName: stackflow-webhook}\n"},
 		{"workspace-kube-auth", "operator: {workspaceAuth: kube}\n"},
+		{"ssh-known-hosts", "operator: {sshKnownHosts: " + strconv.Quote(sshKnownHostsPlaceholder(t, root)) + "}\n"},
 	} {
 		t.Run(tc.component, func(t *testing.T) {
 			overlay := t.TempDir()
@@ -156,6 +160,17 @@ func TestChartMatchesKustomizeComponents(t *testing.T) {
 			compare(t, chart, kustomize(t, overlay), kustomizeOnly)
 		})
 	}
+}
+
+// sshKnownHostsPlaceholder is the known_hosts file the ssh-known-hosts
+// component ships (overlays replace it).
+func sshKnownHostsPlaceholder(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "operator", "config", "ssh-known-hosts", "known_hosts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestChartRulesAreTheGeneratedRole: the operator's ClusterRole in the chart
