@@ -124,8 +124,11 @@ func (r *StackReconciler) destroyWorkspace(ctx context.Context, sc *stackScope) 
 	log.FromContext(ctx).Info("Destroying in the workspace as last deployed", "reason", err.Error())
 	sc.ws = cur.DeepCopy()
 	sc.ws.ResourceVersion = ""
-	revision := ""
-	if lu != nil {
+	// The destroy runs at the commit that workspace holds, which is the
+	// last attempted one (a failed update may have followed the last
+	// successful one).
+	revision := workspaceCommit(sc.ws)
+	if revision == "" && lu != nil {
 		revision = lu.LastSuccessfulCommit
 	}
 	return revision, nil

@@ -182,6 +182,14 @@ func (r *UpdateReconciler) reconcileWorkspace(ctx context.Context, u *autov1alph
 	if err != nil {
 		return nil, nil, err
 	}
+	if rev, wsRev := updateRevision(u), workspaceCommit(&ws); !progressing && rev != "" && wsRev != "" && rev != wsRev {
+		// The agent runs an Update at its commit only (startRequest), and
+		// this workspace has moved on: it would wait forever. Ended, so that
+		// its Stack starts one for the workspace's commit.
+		r.finish(ctx, u, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_UNKNOWN,
+			Message: fmt.Sprintf("not started: workspace %s is set to commit %s, not this update's %s", ws.Name, wsRev, rev)})
+		return nil, &ctrl.Result{}, nil
+	}
 	ready := apimeta.IsStatusConditionTrue(ws.Status.Conditions, autov1alpha1.WorkspaceReady) &&
 		ws.Status.ObservedGeneration == ws.Generation && ws.Status.Address != ""
 	if !ready && !progressing {
@@ -390,9 +398,7 @@ func startRequest(u *autov1alpha1.Update) *agentv1.StartOperationRequest {
 	req.ContinueOnError, req.Remove, req.RunProgram = b(s.ContinueOnError), b(s.Remove), b(s.RunProgram)
 	// An Update of a Stack at a commit runs only at that commit: never at
 	// the revision a workspace held before (or after) checking it out.
-	if rev := u.Annotations[stack.AnnotationRevision]; isCommitSHA(rev) {
-		req.Revision = rev
-	}
+	req.Revision = updateRevision(u)
 	return req
 }
 
@@ -449,6 +455,24 @@ func (f *followers) follow(u *autov1alpha1.Update, agent agentv1.AgentClient) {
 			}
 		}
 	}()
+}
+
+// updateRevision is the commit an Update of a Stack was made for (its
+// revision annotation, when a commit SHA), or "".
+func updateRevision(u *autov1alpha1.Update) string {
+	if rev := u.Annotations[stack.AnnotationRevision]; isCommitSHA(rev) {
+		return rev
+	}
+	return ""
+}
+
+// workspaceCommit is the commit a git Workspace is set to, or "" (another
+// source, or a branch).
+func workspaceCommit(ws *autov1alpha1.Workspace) string {
+	if ws.Spec.Git != nil && isCommitSHA(ws.Spec.Git.Ref) {
+		return ws.Spec.Git.Ref
+	}
+	return ""
 }
 
 // isCommitSHA: rev is a full git commit SHA (40 hex digits), as the Stack

@@ -11,10 +11,12 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/stack"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
 
@@ -176,5 +178,63 @@ func TestFailingResourceFailsTheUpdate(t *testing.T) {
 	}
 	if _, ok := e.pe.Record(t, "bad"); ok {
 		t.Fatal("the failed record exists")
+	}
+}
+
+// TestUpdatesRunAtTheirCommit: an Update made for a commit (the Stack
+// controller's revision annotation) runs only in a workspace set to that
+// commit; one for another commit is ended as Aborted without running, and a
+// workspace moved to a new commit checks it out in place, in the same agent.
+func TestUpdatesRunAtTheirCommit(t *testing.T) {
+	e := newEnv(t)
+	startOperator(t, e.opts)
+	repo := gitrepo.New(t)
+	shaA := repo.Commit(t, "a", map[string]string{"Pulumi.yaml": recordProgram})
+	shaB := repo.Commit(t, "b", map[string]string{"Pulumi.yaml": strings.Replace(recordProgram, "content: ${content}", "content: b-${content}", 1)})
+	ctx := context.Background()
+	ws := newWorkspace(e.ns, "pinned", repo.URL(), stackConfig("content", "x", "recordName", "pinned-record"))
+	ws.Spec.Git.Ref = shaA
+	if err := cp.Client.Create(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkspaceReady(t, ws, 2*time.Minute)
+	pid := agentPID(t, e, "pinned")
+	at := func(name, rev string) *autov1alpha1.Update {
+		u := newUpdate(e.ns, name, "pinned", autov1alpha1.UpType)
+		u.Annotations = map[string]string{stack.AnnotationRevision: rev}
+		return runUpdate(t, u, 2*time.Minute)
+	}
+	aborted := func(u *autov1alpha1.Update, wsRev, rev string) {
+		t.Helper()
+		if reason(u) != autov1alpha1.UpdateReasonAborted || !strings.Contains(u.Status.Message, "set to commit "+wsRev+", not this update's "+rev) {
+			t.Fatalf("update for %s in a workspace at %s: %s %q; want Aborted, not started", rev, wsRev, reason(u), u.Status.Message)
+		}
+	}
+
+	aborted(at("for-b", shaB), shaA, shaB)
+	if _, ok := e.pe.Record(t, "pinned-record"); ok {
+		t.Fatal("the aborted update ran")
+	}
+	if u := at("for-a", shaA); !succeeded(u) {
+		t.Fatalf("update at the workspace's commit: %s %q", reason(u), u.Status.Message)
+	}
+	if got, _ := e.pe.Record(t, "pinned-record"); got != "x" {
+		t.Fatalf("record at A = %q", got)
+	}
+
+	mutate(t, ws, func() { ws.Spec.Git.Ref = shaB })
+	waitWorkspaceReady(t, ws, 2*time.Minute)
+	if got := agentPID(t, e, "pinned"); got != pid {
+		t.Fatalf("the agent was replaced for a new commit (pid %d → %d)", pid, got)
+	}
+	if c := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceReady); !strings.Contains(c.Message, "revision "+shaB) {
+		t.Fatalf("Workspace Ready = %q, want revision %s", c.Message, shaB)
+	}
+	aborted(at("for-a-again", shaA), shaB, shaA)
+	if u := at("for-b-now", shaB); !succeeded(u) {
+		t.Fatalf("update at the new commit: %s %q", reason(u), u.Status.Message)
+	}
+	if got, _ := e.pe.Record(t, "pinned-record"); got != "b-x" {
+		t.Fatalf("record at B = %q", got)
 	}
 }
