@@ -197,14 +197,31 @@ func readyAt(rev string) func(*pulumiv1.Stack) bool {
 }
 
 // history reads the file backend's update history of a stack: the git.head
-// of each update, oldest first.
+// of each succeeded update, oldest first.
 func history(t *testing.T, backend, stack string) []string {
+	t.Helper()
+	var heads []string
+	for _, u := range updates(t, backend, stack) {
+		if u.Result == "succeeded" {
+			heads = append(heads, u.Head)
+		}
+	}
+	return heads
+}
+
+// backendUpdate is an update in the file backend's history.
+type backendUpdate struct{ Head, Result string }
+
+// updates are the stack's updates in the file backend's history, oldest
+// first, with their results (an update interrupted by a kill that pulumi
+// could still record is there as failed).
+func updates(t *testing.T, backend, stack string) []backendUpdate {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(backend, ".pulumi", "history", "*", stack, "*.history.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var heads []string
+	var out []backendUpdate
 	for _, f := range files { // named <stack>-<unix nanos>: sorted by time
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -212,16 +229,17 @@ func history(t *testing.T, backend, stack string) []string {
 		}
 		var h struct {
 			Kind        string            `json:"kind"`
+			Result      string            `json:"result"`
 			Environment map[string]string `json:"environment"`
 		}
 		if err := json.Unmarshal(b, &h); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
 		if h.Kind == "update" {
-			heads = append(heads, h.Environment["git.head"])
+			out = append(out, backendUpdate{Head: h.Environment["git.head"], Result: h.Result})
 		}
 	}
-	return heads
+	return out
 }
 
 // workspaceStack is a Stack of recordProgram from src whose workspace runs
