@@ -77,10 +77,18 @@ test: ## Obtain the substrate, then run the whole test suite (and the cluster te
 	$(PHASE) test-cluster $(MAKE) test-cluster-if-cached
 
 .PHONY: test-cluster-if-cached
-test-cluster-if-cached: ## Run test-cluster when the cluster substrate is cached and we are root; else say why not
-	@if [ "$$(id -u)" != 0 ]; then echo "[test] cluster tests skipped: they need root (make test-cluster)"; \
-	elif ! $(SUBSTRATE) cached cluster; then echo "[test] cluster tests skipped: the cluster substrate is not cached (make test-cluster builds it, 7–25 min)"; \
-	else $(MAKE) test-cluster; fi
+# CLUSTER_TESTS=auto (the default) runs them when their substrate is cached
+# and we are root; on runs them always (building the substrate); off never.
+CLUSTER_TESTS ?= auto
+test-cluster-if-cached: ## Run test-cluster when the cluster substrate is cached and we are root (CLUSTER_TESTS=auto|on|off); else say why not
+	@case "$(CLUSTER_TESTS)" in \
+	on) $(MAKE) test-cluster ;; \
+	off) echo "[test] cluster tests skipped: CLUSTER_TESTS=off" ;; \
+	auto) if [ "$$(id -u)" != 0 ]; then echo "[test] cluster tests skipped: they need root (make test-cluster)"; \
+	  elif ! $(SUBSTRATE) cached cluster; then echo "[test] cluster tests skipped: the cluster substrate is not cached (make test-cluster builds it, 7–25 min)"; \
+	  else $(MAKE) test-cluster; fi ;; \
+	*) echo "CLUSTER_TESTS=$(CLUSTER_TESTS): use auto, on or off" >&2; exit 2 ;; \
+	esac
 
 .PHONY: images
 # REGISTRY=ghcr.io/x pushes <registry>/<name>:<version>; VERSION overrides
