@@ -31,6 +31,7 @@ generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs a
 	./hack/gen-tools-kube.sh
 	./hack/gen-tools-rollouts.sh
 	./hack/gen-tools-argocd.sh
+	./hack/gen-tools-netpol.sh
 	$(CONTROLLER_GEN) object paths=./operator/api/...
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
