@@ -80,7 +80,7 @@ test: ## Obtain the substrate, then run the whole test suite (and the cluster te
 .PHONY: test-cluster-if-cached
 test-cluster-if-cached: ## Run test-cluster when the cluster substrate is cached and we are root; else say why not
 	@if [ "$$(id -u)" != 0 ]; then echo "[test] cluster tests skipped: they need root (make test-cluster)"; \
-	elif ! $(SUBSTRATE) cached cluster; then echo "[test] cluster tests skipped: the cluster substrate is not cached (make test-cluster builds it, 7–25 min)"; \
+	elif ! $(SUBSTRATE) cached cluster || ! $(SUBSTRATE) cached netpol; then echo "[test] cluster tests skipped: the cluster substrate is not cached (make test-cluster builds it, 7–25 min)"; \
 	else $(MAKE) test-cluster; fi
 
 .PHONY: images
