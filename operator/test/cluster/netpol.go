@@ -36,6 +36,8 @@ const (
 	netpolChain   = "STACKFLOW-NETPOL"      // ours, in iptables' mangle table
 	netpolSADir   = "/run/secrets/kubernetes.io/serviceaccount"
 	netpolNS      = "kube-system"
+	// The token is not renewed: a `make cluster` kept for longer loses its
+	// watches.
 	netpolTokenTT = 24 * time.Hour
 )
 
@@ -183,7 +185,12 @@ func netpolQueueRules(podSubnet string) [][]string {
 
 var netpolJump = []string{"POSTROUTING", "-m", "comment", "--comment", "stackflow test cluster: kube-network-policies", "-j", netpolChain}
 
+// addNetpolQueueRules first removes what a killed test binary may have left
+// (the machine lock lets one cluster run at a time, so the rules are ours).
 func addNetpolQueueRules(podSubnet string) error {
+	if err := cleanupNetworkPolicies(); err != nil {
+		return err
+	}
 	if err := iptables("-t", "mangle", "-N", netpolChain); err != nil {
 		return err
 	}
