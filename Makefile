@@ -31,6 +31,7 @@ generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs a
 	./hack/gen-tools-kube.sh
 	./hack/gen-tools-rollouts.sh
 	./hack/gen-tools-argocd.sh
+	./hack/gen-tools-netpol.sh
 	$(CONTROLLER_GEN) object paths=./operator/api/...
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
@@ -85,7 +86,7 @@ test-cluster-if-cached: ## Run test-cluster when the cluster substrate is cached
 	on) $(MAKE) test-cluster ;; \
 	off) echo "[test] cluster tests skipped: CLUSTER_TESTS=off" ;; \
 	auto) if [ "$$(id -u)" != 0 ]; then echo "[test] cluster tests skipped: they need root (make test-cluster)"; \
-	  elif ! $(SUBSTRATE) cached cluster; then echo "[test] cluster tests skipped: the cluster substrate is not cached (make test-cluster builds it, 7–25 min)"; \
+	  elif ! $(SUBSTRATE) cached cluster || ! $(SUBSTRATE) cached netpol; then echo "[test] cluster tests skipped: the cluster substrate is not cached (make test-cluster builds it, 7–25 min)"; \
 	  else $(MAKE) test-cluster; fi ;; \
 	*) echo "CLUSTER_TESTS=$(CLUSTER_TESTS): use auto, on or off" >&2; exit 2 ;; \
 	esac

@@ -5,7 +5,7 @@
 #   ${STACKFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stackflow}/<tool>-<version>/
 #
 # A tool whose directory already holds a complete build (marked by .complete) is
-# reused. Usage: hack/substrate.sh [kube|cluster|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]
+# reused. Usage: hack/substrate.sh [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]
 #   env   prints where the binaries are (KUBEBUILDER_ASSETS, STACKFLOW_PULUMI_ROOT, …).
 #   cluster builds the rest of a single-node cluster (kube-controller-manager,
 #         kube-scheduler, kubelet, kube-proxy) and installs the node packages; it is
@@ -25,6 +25,7 @@ PROTOC_GEN_GO_VERSION=v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 ROLLOUTS_VERSION=v1.10.1
 ARGOCD_VERSION=v2.14.21
+NETPOL_VERSION=v0.8.0
 
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -78,11 +79,25 @@ build_cluster() {
   done
 }
 
+# build_netpol builds kube-network-policies (a SIG Network NetworkPolicy
+# controller: nftables rules send the first packet of each connection of a pod
+# selected by a policy to an NFQUEUE, where it gets a verdict), which the cluster
+# runs beside the bridge CNI, from its own module (hack/tools/netpol) into its own
+# directory so that the cluster-… directory stays valid.
+build_netpol() {
+  local out=$1
+  (cd "$here/tools/netpol" && \
+    log "go build kube-network-policies $NETPOL_VERSION (about 2 min cold)" && \
+    go build -trimpath -ldflags "-s -w" -o "$out/kube-network-policies" sigs.k8s.io/kube-network-policies/cmd)
+}
+
 # node_packages installs, from the machine's Debian packages, what the kubelet's
 # node needs besides Kubernetes itself: the container runtime (containerd, runc),
 # the CNI plugins for a bridge network, and iptables for kube-proxy and the CNI
-# portmap plugin. It runs only what is missing, and needs root (CI runs as root).
-NODE_PACKAGES=(containerd runc containernetworking-plugins iptables)
+# portmap plugin, and nftables (nft, with which the cluster removes
+# kube-network-policies' table). It runs only what is missing, and needs root
+# (CI runs as root).
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables nftables)
 node_packages() {
   local missing=() p start=$SECONDS
   for p in "${NODE_PACKAGES[@]}"; do
@@ -163,6 +178,7 @@ pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
 controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
 rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION"; }
 argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION"; }
+netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION"; }
 protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
 
 case "${1:-all}" in
@@ -172,7 +188,9 @@ case "${1:-all}" in
     node_packages
     done_or_build "$(kube_dir)" build_kube
     done_or_build "$(cluster_dir)" build_cluster
+    done_or_build "$(netpol_dir)" build_netpol
     ;;
+  netpol) done_or_build "$(netpol_dir)" build_netpol ;;
   node-packages) node_packages ;;
   pulumi) done_or_build "$(pulumi_dir)" build_pulumi ;;
   pulumi-yaml) done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml ;;
@@ -198,9 +216,10 @@ case "${1:-all}" in
     echo "export STACKFLOW_ROLLOUTS=$(rollouts_dir)"
     echo "export STACKFLOW_ARGOCD=$(argocd_dir)"
     echo "export STACKFLOW_CLUSTER=$(cluster_dir)"
+    echo "export STACKFLOW_NETPOL=$(netpol_dir)"
     ;;
   dir) echo "$("${2//-/_}_dir")" ;;
   # cached TOOL: succeeds when TOOL's build is complete in the cache (builds nothing).
   cached) [ -f "$("${2//-/_}_dir")/.complete" ] ;;
-  *) echo "usage: $0 [kube|cluster|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL|cached TOOL]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL|cached TOOL]" >&2; exit 2 ;;
 esac

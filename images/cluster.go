@@ -14,6 +14,9 @@ import (
 const (
 	PauseImage         = "stackflow-pause"
 	TestWorkspaceImage = "stackflow-test-workspace"
+	// NetprobePath is stackflow-netprobe in the test workspace image
+	// (operator/test/netprobe/cmd/stackflow-netprobe).
+	NetprobePath = "/usr/local/bin/stackflow-netprobe"
 )
 
 // TestWorkspacePaths locate the host binaries the test workspace image holds,
@@ -78,10 +81,12 @@ func Cluster(p TestWorkspacePaths) ([]Spec, error) {
 		},
 		{
 			Name:        TestWorkspaceImage,
-			Description: "Stackflow test workspace: agent, pulumi, pulumi-language-yaml and the stackflowtest provider (tests only)",
+			Description: "Stackflow test workspace: agent, pulumi, pulumi-language-yaml, the stackflowtest provider and stackflow-netprobe (tests only)",
 			Binaries: []Binary{
 				{Package: "./operator/cmd/agent", Path: agentPath},
 				{Package: "./operator/test/provider/cmd/pulumi-resource-stackflowtest", Path: pulumiBinDir + "/pulumi-resource-stackflowtest"},
+				// What a pod reaches, for the NetworkPolicy test.
+				{Package: "./operator/test/netprobe/cmd/stackflow-netprobe", Path: NetprobePath},
 			},
 			Entrypoint: []string{agentPath},
 			Cmd:        []string{"serve"},

@@ -33,8 +33,9 @@ type Options struct {
 	Dir string
 	// KubeDir holds kube-apiserver and etcd ($KUBEBUILDER_ASSETS); ClusterDir
 	// holds kube-controller-manager, kube-scheduler and kubelet
-	// ($STACKFLOW_CLUSTER). Empty: read from the environment.
-	KubeDir, ClusterDir string
+	// ($STACKFLOW_CLUSTER); NetpolDir holds kube-network-policies
+	// ($STACKFLOW_NETPOL). Empty: read from the environment.
+	KubeDir, ClusterDir, NetpolDir string
 	// Images are OCI archives imported into containerd before the kubelet
 	// starts; PauseImage (the kubelet's sandbox image) must be one of them.
 	Images     []string
@@ -81,6 +82,8 @@ type Cluster struct {
 	ports        map[string]int
 	certs        certs
 	lock         *os.File // lockFile, released by Stop
+
+	netpolDataplane string // see NetworkPolicyDataplane
 }
 
 // Start starts a cluster and waits until its node is Ready. On error, what
@@ -94,6 +97,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if opts.ClusterDir == "" {
 		opts.ClusterDir = os.Getenv("STACKFLOW_CLUSTER")
+	}
+	if opts.NetpolDir == "" {
+		opts.NetpolDir = os.Getenv("STACKFLOW_NETPOL")
 	}
 	if opts.PodSubnet == "" {
 		opts.PodSubnet = "10.244.0.0/24"
@@ -147,7 +153,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	gw := subnet.IP.To4()
 	c.GatewayIP = net.IPv4(gw[0], gw[1], gw[2], gw[3]+1).String()
 	c.ports = map[string]int{}
-	for _, name := range []string{"etcd", "etcd-peer", "apiserver", "kubelet", "kube-proxy-healthz", "kube-proxy-metrics"} {
+	for _, name := range []string{"etcd", "etcd-peer", "apiserver", "kubelet", "kube-proxy-healthz", "kube-proxy-metrics", "netpol-metrics"} {
 		if c.ports[name], err = freePort(); err != nil {
 			return nil, err
 		}
@@ -173,6 +179,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		{"image import", c.importImages},
 		{"kubelet and a Ready node", c.startKubelet},
 		{"kube-proxy and the kubernetes Service's rules", c.startKubeProxy},
+		{"kube-network-policies listening on its queue", c.startNetworkPolicies},
 		{"default service account", c.waitDefaultServiceAccount},
 	} {
 		if err := phase(p.name, p.f); err != nil {
@@ -189,12 +196,13 @@ func checkBinaries(opts Options) error {
 		filepath.Join(opts.KubeDir, "etcd"), filepath.Join(opts.KubeDir, "kube-apiserver"),
 		filepath.Join(opts.ClusterDir, "kube-controller-manager"), filepath.Join(opts.ClusterDir, "kube-scheduler"),
 		filepath.Join(opts.ClusterDir, "kubelet"), filepath.Join(opts.ClusterDir, "kube-proxy"),
+		filepath.Join(opts.NetpolDir, netpolName),
 	} {
 		if _, err := os.Stat(f); err != nil {
 			missing = append(missing, f)
 		}
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "unshare", "ip", "iptables"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "unshare", "ip", "iptables", "nft"} {
 		if _, err := lookPath(b); err != nil {
 			missing = append(missing, b)
 		}

@@ -280,7 +280,8 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 // Stop tears the cluster down: it stops the controllers (so nothing
 // recreates pods), deletes every pod and waits a little for the kubelet to
 // stop them (removing their network), stops every process (kube-proxy's
-// rules removed with kube-proxy --cleanup), kills what is left in the pods'
+// rules removed with kube-proxy --cleanup, kube-network-policies' table and
+// queue rules removed), kills what is left in the pods'
 // cgroups and the containerd shims, removes the cgroups, the bridge and the
 // kubelet's iptables chains, puts the kernel settings back and removes Dir.
 func (c *Cluster) Stop() error {
@@ -306,6 +307,12 @@ func (c *Cluster) Stop() error {
 	if byName["kube-proxy"] != nil {
 		stop("kube-proxy", 5*time.Second)
 		if err := c.cleanupKubeProxy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if byName[netpolName] != nil {
+		stop(netpolName, 5*time.Second)
+		if err := cleanupNetworkPolicies(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -29,8 +29,7 @@ import (
 // workspace pod; a token of either pod's ServiceAccount (requested for that
 // pod, as the kubelet does) cannot read the other namespace's Secrets, its
 // agent token among them. The second half, that neither pod can reach the
-// other's agent, needs a CNI that enforces NetworkPolicy; the bridge plugin
-// does not.
+// other's agent, is TestWorkspaceAgentsAreIsolatedByNetworkPolicy.
 func TestWorkspaceServiceAccountsAreIsolated(t *testing.T) {
 	ctx := context.Background()
 	gitRoot := t.TempDir()
