@@ -19,7 +19,6 @@ import (
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
@@ -32,23 +31,24 @@ import (
 // other's agent, is TestWorkspaceAgentsAreIsolatedByNetworkPolicy.
 func TestWorkspaceServiceAccountsAreIsolated(t *testing.T) {
 	ctx := context.Background()
-	gitRoot := t.TempDir()
-	repo := gitrepo.NewIn(t, gitRoot, "program")
-	srv := gitrepo.NewHTTPServerAt(t, gitRoot, testCluster.GatewayIP)
-	srv.Start(t)
+	repo, srv := servedRepo(t)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
+	// The namespaces and their volumes first: cleanups run last-registered
+	// first, so the operator stops before the workloads are removed (a
+	// running operator would recreate them).
+	nss := []string{restrictedNamespace(t), restrictedNamespace(t)}
+	for _, ns := range nss {
+		stateVolume(t, ns)
+	}
 	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 
-	var nss []string
 	var stacks []*pulumiv1.Stack
-	for range 2 {
-		ns := restrictedNamespace(t)
-		stateVolume(t, ns)
+	for _, ns := range nss {
 		s := workspaceStack(ns, "app", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})
 		if err := testClient.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		nss, stacks = append(nss, ns), append(stacks, s)
+		stacks = append(stacks, s)
 	}
 	for _, s := range stacks {
 		waitStack(t, s, 4*time.Minute, "ready", readyAt(sha))

@@ -26,7 +26,6 @@ import (
 	"github.com/stackflow-io/stackflow/images"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
@@ -50,17 +49,19 @@ const agentPort = 50051
 func TestWorkspaceAgentsAreIsolatedByNetworkPolicy(t *testing.T) {
 	ctx := context.Background()
 	t.Logf("NetworkPolicy dataplane: kube-network-policies via %s", testCluster.NetworkPolicyDataplane())
-	gitRoot := t.TempDir()
-	repo := gitrepo.NewIn(t, gitRoot, "program")
-	srv := gitrepo.NewHTTPServerAt(t, gitRoot, testCluster.GatewayIP)
-	srv.Start(t)
+	repo, srv := servedRepo(t)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
-	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
-
+	// The namespaces and their volumes first: cleanups run last-registered
+	// first, so the operator stops before the workloads are removed (a
+	// running operator would recreate them).
 	nss := []string{restrictedNamespace(t), restrictedNamespace(t)}
-	var stacks []*pulumiv1.Stack
 	for _, ns := range nss {
 		stateVolume(t, ns)
+	}
+	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
+
+	var stacks []*pulumiv1.Stack
+	for _, ns := range nss {
 		s := workspaceStack(ns, "app", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})
 		if err := testClient.Create(ctx, s); err != nil {
 			t.Fatal(err)
