@@ -19,6 +19,7 @@ import (
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
+	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
@@ -31,28 +32,7 @@ import (
 // other's agent, is TestWorkspaceAgentsAreIsolatedByNetworkPolicy.
 func TestWorkspaceServiceAccountsAreIsolated(t *testing.T) {
 	ctx := context.Background()
-	repo, srv := servedRepo(t)
-	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
-	// The namespaces and their volumes first: cleanups run last-registered
-	// first, so the operator stops before the workloads are removed (a
-	// running operator would recreate them).
-	nss := []string{restrictedNamespace(t), restrictedNamespace(t)}
-	for _, ns := range nss {
-		stateVolume(t, ns)
-	}
-	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
-
-	var stacks []*pulumiv1.Stack
-	for _, ns := range nss {
-		s := workspaceStack(ns, "app", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})
-		if err := testClient.Create(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		stacks = append(stacks, s)
-	}
-	for _, s := range stacks {
-		waitStack(t, s, 4*time.Minute, "ready", readyAt(sha))
-	}
+	nss, _, _ := twoNamespaces(t)
 	for i, ns := range nss {
 		other := nss[1-i]
 		p, err := testCluster.Client.CoreV1().Pods(ns).Get(ctx, pod.PodName("app"), metav1.GetOptions{})
@@ -100,3 +80,33 @@ func TestWorkspaceServiceAccountsAreIsolated(t *testing.T) {
 }
 
 func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// twoNamespaces deploys a Stack "app" tracking main of a served repository
+// in each of two restricted namespaces through one in-process operator, and
+// returns the namespaces, the Ready Stacks and the repository.
+func twoNamespaces(t *testing.T) ([]string, []*pulumiv1.Stack, *gitrepo.Repo) {
+	t.Helper()
+	ctx := context.Background()
+	repo, srv := servedRepo(t)
+	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
+	// The namespaces and their volumes first: cleanups run last-registered
+	// first, so the operator stops before the workloads are removed (a
+	// running operator would recreate them).
+	nss := []string{restrictedNamespace(t), restrictedNamespace(t)}
+	for _, ns := range nss {
+		stateVolume(t, ns)
+	}
+	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
+	var stacks []*pulumiv1.Stack
+	for _, ns := range nss {
+		s := workspaceStack(ns, "app", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})
+		if err := testClient.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		stacks = append(stacks, s)
+	}
+	for _, s := range stacks {
+		waitStack(t, s, 4*time.Minute, "ready", readyAt(sha))
+	}
+	return nss, stacks, repo
+}

@@ -24,9 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/stackflow-io/stackflow/images"
-	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -49,28 +47,7 @@ const agentPort = 50051
 func TestWorkspaceAgentsAreIsolatedByNetworkPolicy(t *testing.T) {
 	ctx := context.Background()
 	t.Logf("NetworkPolicy dataplane: kube-network-policies via %s", testCluster.NetworkPolicyDataplane())
-	repo, srv := servedRepo(t)
-	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
-	// The namespaces and their volumes first: cleanups run last-registered
-	// first, so the operator stops before the workloads are removed (a
-	// running operator would recreate them).
-	nss := []string{restrictedNamespace(t), restrictedNamespace(t)}
-	for _, ns := range nss {
-		stateVolume(t, ns)
-	}
-	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
-
-	var stacks []*pulumiv1.Stack
-	for _, ns := range nss {
-		s := workspaceStack(ns, "app", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})
-		if err := testClient.Create(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		stacks = append(stacks, s)
-	}
-	for _, s := range stacks {
-		waitStack(t, s, 4*time.Minute, "ready", readyAt(sha))
-	}
+	nss, stacks, repo := twoNamespaces(t)
 	agents := make([]string, len(nss))
 	for i, ns := range nss {
 		p, err := testCluster.Client.CoreV1().Pods(ns).Get(ctx, pod.PodName("app"), metav1.GetOptions{})
