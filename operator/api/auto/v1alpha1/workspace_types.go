@@ -171,7 +171,9 @@ type GitSource struct {
 	// +kubebuilder:validation:MaxLength=2048
 	URL string `json:"url,omitempty"`
 
-	// ref is the commit SHA (or other git reference) to check out.
+	// ref is the commit SHA (or other git reference) to check out. A new
+	// ref alone is checked out in place by the running agent: no new pod
+	// or process.
 	// +kubebuilder:validation:MaxLength=256
 	Ref string `json:"ref,omitempty"`
 
@@ -246,7 +248,8 @@ type FluxSource struct {
 	Url string `json:"url,omitempty"`
 
 	// digest is the artifact's digest, "sha256:<hex>"; the download is rejected
-	// when it does not match.
+	// when it does not match. A new url and digest alone are checked out in
+	// place by the running agent: no new pod or process.
 	// +kubebuilder:validation:MaxLength=256
 	Digest string `json:"digest,omitempty"`
 
