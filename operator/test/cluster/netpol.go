@@ -30,12 +30,12 @@ import (
 // NFQUEUE target (xt_NFQUEUE), which such kernels have. Verdicts are the
 // controller's either way.
 const (
-	netpolName    = "kube-network-policies"
-	netpolQueue   = 100                     // its --nfqueue-id (the default)
-	netpolTable   = "kube-network-policies" // its nftables table (inet family)
-	netpolChain   = "STACKFLOW-NETPOL"      // ours, in iptables' mangle table
-	netpolSADir   = "/run/secrets/kubernetes.io/serviceaccount"
-	netpolNS      = "kube-system"
+	netpolName  = "kube-network-policies"
+	netpolQueue = 100                     // its --nfqueue-id (the default)
+	netpolTable = "kube-network-policies" // its nftables table (inet family)
+	netpolChain = "STACKFLOW-NETPOL"      // ours, in iptables' mangle table
+	netpolSADir = "/run/secrets/kubernetes.io/serviceaccount"
+	netpolNS    = "kube-system"
 	// The token is not renewed: a `make cluster` kept for longer loses its
 	// watches.
 	netpolTokenTT = 24 * time.Hour
