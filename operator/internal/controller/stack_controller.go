@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
@@ -521,13 +521,16 @@ func (r *StackReconciler) reconcileWorkspace(ctx context.Context, sc *stackScope
 }
 
 // workspaceReadiness is nil for a Workspace ready for its spec, else why the
-// Stack waits (or is stalled).
+// Stack waits (or is stalled). Only conditions written for the Workspace's
+// current generation count: right after the Stack changes the Workspace's
+// spec (a new commit), its conditions still describe the old one, and a
+// checkout that failed there says nothing about the new commit.
 func workspaceReadiness(ws *autov1alpha1.Workspace) error {
-	ready := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceReady)
+	ready := conditions.Current(ws, ws.Status.Conditions, autov1alpha1.WorkspaceReady)
 	if ready != nil && ready.Status == metav1.ConditionTrue && ws.Status.ObservedGeneration == ws.Generation {
 		return nil
 	}
-	if stalled := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceStalled); stalled != nil && stalled.Status == metav1.ConditionTrue {
+	if stalled := conditions.Current(ws, ws.Status.Conditions, autov1alpha1.WorkspaceStalled); stalled != nil && stalled.Status == metav1.ConditionTrue {
 		reason := pulumiv1.StalledWorkspaceFailedReason
 		if stalled.Reason == autov1alpha1.WorkspaceReasonSourceUnavailable {
 			reason = pulumiv1.StalledSourceUnavailableReason
@@ -536,8 +539,12 @@ func workspaceReadiness(ws *autov1alpha1.Workspace) error {
 		return &stallingError{reason: reason, msg: "workspace failed: " + stalled.Message}
 	}
 	msg := "waiting for the workspace"
-	if ready != nil {
+	switch {
+	case ready != nil:
 		msg += ": " + ready.Message
+	case len(ws.Status.Conditions) > 0:
+		// The Workspace's status change wakes the Stack.
+		msg = fmt.Sprintf("waiting for the workspace to apply its new spec (generation %d)", ws.Generation)
 	}
 	return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: msg}
 }
