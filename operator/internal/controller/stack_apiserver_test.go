@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -39,6 +40,7 @@ func startStackController(t *testing.T, configure func(*controller.StackReconcil
 			t.Logf("stop control plane: %v", err)
 		}
 	})
+	ctrl.SetLogger(logr.Discard()) // the conditions tell what the controller did
 	skip := true
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: cp.Client.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip}})
