@@ -1,8 +1,12 @@
-// Package action runs the GitHub Action: it turns the configuration into
-// preview requests (program mode: the listed stacks; manifests mode: the
-// Stacks the pull request changes), sets a pending commit status per stack
-// on the PR head, previews, then writes the final statuses, the job summary,
-// the one PR comment (this job's sections) and the step outputs.
+// Package action runs the GitHub Action: it removes the inputs and tokens
+// from the environment every child process inherits, turns the
+// configuration into preview requests (program mode: the listed stacks;
+// manifests mode: the Stacks the pull request changes, each checked
+// against what a pull request may ask), sets a pending commit status per
+// stack on the PR head, previews, then writes the final statuses (not
+// previewed is failure unless the workflow says otherwise), the job
+// summary, the one PR comment (this job's sections; in manifests mode, the
+// only sections of its scope) and the step outputs.
 //
 // It imports the action's parts: inputs, preview, manifests, report,
 // githubapi and workflow.

@@ -141,3 +141,40 @@ func TestStatusContext(t *testing.T) {
 		t.Errorf("long contexts %q (%d), %q (%d)", a, len([]rune(a)), b, len([]rune(b)))
 	}
 }
+
+// TestStatusContextsPerProject: two projects' dev stacks, previewed by two
+// jobs of one pull request, one failing: each keeps its own status, so the
+// other's success never overwrites the failure.
+func TestStatusContextsPerProject(t *testing.T) {
+	w := newWorld(t)
+	for _, p := range []struct{ dir, src, settings string }{
+		{"web", program, "config:\n  web:failOn: bogus\n"}, // the provider refuses it
+		{"api", strings.Replace(program, "name: web", "name: api", 1), ""},
+	} {
+		dir := filepath.Join(w.ws, p.dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte(p.src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if p.settings != "" {
+			if err := os.WriteFile(filepath.Join(dir, "Pulumi.dev.yaml"), []byte(p.settings), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, dir := range []string{"web", "api"} { // the failing job first
+		c := w.config(t, inputs.ModeProgram, rwToken)
+		c.WorkDir, c.Stacks = dir, []string{"dev"}
+		w.run(t, c)
+	}
+	want := map[string]string{StatusContextPrefix + "web/dev": "failure", StatusContextPrefix + "api/dev": "success"}
+	if got := w.finalStatuses(headSHA); !equal(got, want) {
+		t.Fatalf("statuses %v, want %v", got, want)
+	}
+	body := w.gh.Comments("acme", "infra", 5)[0].Body
+	if got := strings.Join(sectionKeys(body), " "); got != "api/dev web/dev" {
+		t.Fatalf("sections %q", got)
+	}
+}

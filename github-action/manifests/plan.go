@@ -306,10 +306,14 @@ func describeSource(s *pulumiv1.Stack, resolved string) string {
 	case g.Commit != "":
 		return "commit " + quote(g.Commit)
 	case g.Branch != "":
-		if resolved != "" {
-			return "branch " + quote(g.Branch) + " (" + short(resolved) + ")"
+		b := g.Branch
+		if checkBranch(b) != nil {
+			b = quote(b)
 		}
-		return "branch " + quote(g.Branch)
+		if resolved != "" {
+			return "branch " + b + " (" + short(resolved) + ")"
+		}
+		return "branch " + b
 	}
 	return "no source"
 }
@@ -379,7 +383,8 @@ func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string
 }
 
 // gitEnviron is git's environment for a clone of repo: the process's
-// (without the pulumi CLI's settings, which git has no use for), no
+// (without the pulumi CLI's settings, which git has no use for, and
+// without GIT_CONFIG_* variables, which would mix with ours), no
 // prompts, no system configuration, only repo's protocol allowed (so no
 // redirect or submodule leads to another), and the token, if any, as an
 // Authorization header scoped to repo's scheme and host.

@@ -315,14 +315,16 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 			found = append(found, v.Value)
 		}
 	}
-	if len(found) > 0 {
-		secrets = withSecrets(secrets, found...)
-		if o.Mask != nil {
-			for _, s := range withSecrets(nil, found...) {
-				o.Mask(s)
-			}
+	known := map[string]bool{}
+	for _, s := range secrets {
+		known[s] = true
+	}
+	for _, s := range withSecrets(nil, found...) {
+		if !known[s] && o.Mask != nil {
+			o.Mask(s)
 		}
 	}
+	secrets = withSecrets(secrets, found...)
 
 	var stdout bytes.Buffer
 	evs := make(chan events.EngineEvent)
