@@ -49,13 +49,14 @@ func (r *recorder) requests() []string {
 
 // leakProgram is the program a hostile commit holds: it shows the
 // variables of its own process (the YAML language host's, which the pulumi
-// CLI passed on) in the preview.
+// CLI passed on) in the preview, all of them: as a record's name, which
+// the provider refuses, quoting it whole in its error.
 const leakProgram = program + `  leak:
     type: stackflowtest:index:Record
     properties:
-      name: leak
-      content:
+      name:
         fn::readFile: /proc/self/environ
+      content: x
 `
 
 // TestHostilePullRequest: a pull request to the manifests repository, as
@@ -79,7 +80,8 @@ func TestHostilePullRequest(t *testing.T) {
 
 	prog, srv := gitrepo.NewServedHTTP(t, "prog.git", func(user, pass string) bool { return user == "x-access-token" && pass == gitToken })
 	v1 := prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})
-	v2 := prog.Commit(t, "v2: read the environment", map[string]string{"Pulumi.yaml": leakProgram})
+	v2 := prog.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(program, "default: one", "default: two", 1)})
+	v3 := prog.Commit(t, "v3: read the environment", map[string]string{"Pulumi.yaml": leakProgram})
 
 	// Stack dev/web (pulumi stack "web") runs v1, as the operator applied it.
 	checkout := filepath.Join(t.TempDir(), "program")
@@ -106,6 +108,7 @@ func TestHostilePullRequest(t *testing.T) {
 	head := manifests.Commit(t, "the hostile pull request", map[string]string{
 		"stacks/web.yaml":           stackManifest("web", good+"  commit: "+v2+"\n"),
 		"stacks/prod.yaml":          "",
+		"stacks/spy.yaml":           stackManifest("spy", good+"  commit: "+v3+"\n"),
 		"stacks/steal-git.yaml":     stackManifest("steal-git", "  projectRepo: "+evil.URL+"/prog.git\n  commit: "+v1+"\n"),
 		"stacks/steal-backend.yaml": stackManifest("steal-backend", good+"  commit: "+v1+"\n  backend: "+evil.URL+"\n"),
 		"stacks/steal-env.yaml":     stackManifest("steal-env", good+"  commit: "+v1+"\n  envRefs:\n    PULUMI_BACKEND_URL:\n      type: Literal\n      literal: {value: \""+evil.URL+"\"}\n"),
@@ -137,7 +140,7 @@ func TestHostilePullRequest(t *testing.T) {
 	}
 
 	statuses := w.finalStatuses(head)
-	want := map[string]string{"dev/web": "success", "dev/prod": "failure", "dev/steal-git": "failure", "dev/steal-backend": "failure",
+	want := map[string]string{"dev/web": "success", "dev/spy": "failure", "dev/prod": "failure", "dev/steal-git": "failure", "dev/steal-backend": "failure",
 		"dev/steal-env": "failure", "dev/inject": "failure", "dev/inject-branch": "failure"}
 	for key, state := range want {
 		if got := statuses[StatusContextPrefix+key]; got != state {
@@ -148,7 +151,7 @@ func TestHostilePullRequest(t *testing.T) {
 	reasons := map[string]string{
 		"dev/steal-git":     "fetch commit " + v1[:7] + " of " + evil.URL + "/prog.git",
 		"dev/steal-backend": "refused, not previewed: spec.backend &quot;" + evil.URL + "&quot; is not in the action&#39;s backends input",
-		"dev/steal-env":     "refused, not previewed: envRefs PULUMI_BACKEND_URL &quot;" + evil.URL,
+		"dev/steal-env":     "refused, not previewed: envRefs PULUMI&#95;BACKEND&#95;URL &quot;" + evil.URL,
 		"dev/inject":        "refused, not previewed: spec.projectRepo &quot;file://",
 		"dev/inject-branch": "refused, not previewed: spec.branch &quot;--upload-pack=touch",
 		"dev/prod":          "not previewed",
@@ -160,12 +163,12 @@ func TestHostilePullRequest(t *testing.T) {
 		}
 	}
 
-	// The honest Stack was previewed with the token, at its new commit;
-	// its program found neither token in its environment.
+	// The honest Stack was previewed with the token, at its new commit.
 	p, _ := report.Find(body, "dev/web")
-	if p.Info.Status != "succeeded" || p.Info.Changes.Create != 1 {
+	if p.Info.Status != "succeeded" || p.Info.Changes.Update != 1 {
 		t.Errorf("dev/web: %+v\n%s", p.Info, p.Text)
 	}
+	// The spy's program showed its whole environment: no token in it.
 	summary, err := os.ReadFile(c.StepSummaryFile)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +177,7 @@ func TestHostilePullRequest(t *testing.T) {
 		t.Errorf("the program's environment is not in the preview: the test proves nothing\n%s", summary)
 	}
 	for _, secret := range []string{rwToken, gitToken, "INPUT_GITHUB-TOKEN", "INPUT_GIT-TOKEN"} {
-		if strings.Contains(string(summary), secret) {
+		if strings.Contains(string(summary), secret) || strings.Contains(body, secret) {
 			t.Errorf("the previewed program read %s", secret)
 		}
 	}
