@@ -80,7 +80,8 @@ type Deps struct {
 }
 
 // Run runs the action and returns the process's exit code: 1 when a preview
-// failed (or the action could not run), 0 otherwise. GitHub refusing a
+// failed, a Stack was refused or (with not-previewed: failure) not
+// previewed, or the action could not run; 0 otherwise. GitHub refusing a
 // comment or status (a fork's read-only token) is a warning, not a failure.
 func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 	if d.Now == nil {
@@ -220,7 +221,7 @@ func requests(ctx context.Context, c inputs.Config, d Deps) ([]preview.Request, 
 	noop := func() {}
 	switch c.Mode {
 	case inputs.ModeManifests:
-		if !isSHA(c.BaseSHA) || !isSHA(c.HeadSHA) {
+		if !manifests.IsCommit(c.BaseSHA) || !manifests.IsCommit(c.HeadSHA) {
 			return nil, nil, noop, errors.New("manifests mode needs the pull request's base and head commits (run on pull_request events)")
 		}
 		changes, err := manifests.Changed(c.Workspace, c.ManifestsDir, c.BaseSHA, c.HeadSHA)
@@ -299,16 +300,4 @@ func projectName(dir string) (string, error) {
 		return p.Name, nil
 	}
 	return "", fmt.Errorf("no Pulumi project in %s: %w", dir, errors.Join(errs...))
-}
-
-func isSHA(s string) bool {
-	if len(s) != 40 {
-		return false
-	}
-	for _, r := range s {
-		if !strings.ContainsRune("0123456789abcdef", r) {
-			return false
-		}
-	}
-	return true
 }

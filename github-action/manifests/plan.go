@@ -301,7 +301,7 @@ func describeSource(s *pulumiv1.Stack, resolved string) string {
 		return "Program " + s.Spec.ProgramRef.Name
 	case s.Spec.FluxSource != nil:
 		return s.Spec.FluxSource.SourceRef.Kind + " " + s.Spec.FluxSource.SourceRef.Name
-	case g.Commit != "" && validCommit(g.Commit):
+	case g.Commit != "" && IsCommit(g.Commit):
 		return "commit " + short(g.Commit)
 	case g.Commit != "":
 		return "commit " + quote(g.Commit)

@@ -21,7 +21,9 @@ import (
 // manifests never went through the API server).
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
-func validCommit(s string) bool { return commitRE.MatchString(s) }
+// IsCommit reports whether s is a full commit SHA as the CRD requires of
+// spec.commit: 40 lowercase hexadecimal characters.
+func IsCommit(s string) bool { return commitRE.MatchString(s) }
 
 // checkBranch applies git's rules for a branch name (git check-ref-format)
 // that matter here: never an option ("-…"), never a refspec (":", "+"
@@ -157,7 +159,7 @@ func checkSource(g pulumiv1.GitSource, allowLoopbackHTTP bool) (*url.URL, error)
 		return nil, err
 	}
 	switch {
-	case g.Commit != "" && !validCommit(g.Commit):
+	case g.Commit != "" && !IsCommit(g.Commit):
 		return nil, fmt.Errorf("spec.commit %s is not a commit SHA (40 lowercase hexadecimal characters)", quote(g.Commit))
 	case g.Commit != "" && g.Branch != "":
 		return nil, fmt.Errorf("spec.branch and spec.commit are both set: the operator refuses such a Stack")

@@ -86,7 +86,7 @@ func TestCheckBranchAndCommit(t *testing.T) {
 		strings.Repeat("a", 40): true, strings.Repeat("A", 40): false, strings.Repeat("a", 39): false,
 		strings.Repeat("a", 64): false, "--upload-pack=touch /tmp/pwned": false, "HEAD": false, "main": false,
 	} {
-		if validCommit(c) != ok {
+		if IsCommit(c) != ok {
 			t.Errorf("commit %q: valid %v", c, !ok)
 		}
 	}
