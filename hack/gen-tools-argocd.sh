@@ -7,13 +7,13 @@
 # module. main.go in each (the components the tests run) and tools.go (the
 # whole multi-call binary, pinned for comparison) are written by hand.
 #
-# Argo CD v3 is v3.2.x: from v3.3 on, Argo CD's go.mod replaces gitops-engine
-# with a directory of its repository, which a dependency cannot follow (see
-# README, "Argo CD versions").
+# Argo CD v3 is v3.2.11: from v3.3 on, Argo CD's go.mod replaces gitops-engine
+# with a directory of its repository, which a dependency cannot follow, and
+# v3.2.12's module does not compile (see README, "Argo CD versions").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ARGOCD_VERSION=${ARGOCD_VERSION:-v2.14.21}
-ARGOCD3_VERSION=${ARGOCD3_VERSION:-v3.2.12}
+ARGOCD3_VERSION=${ARGOCD3_VERSION:-v3.2.11}
 
 # gen DIR MAJOR VERSION
 gen() {

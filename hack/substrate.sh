@@ -26,7 +26,7 @@ PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 ROLLOUTS_VERSION=v1.10.1
 ARGOCD_VERSION=v2.14.21
 # The newest Argo CD v3 that builds as a dependency (see hack/gen-tools-argocd.sh).
-ARGOCD3_VERSION=v3.2.12
+ARGOCD3_VERSION=v3.2.11
 NETPOL_VERSION=v0.8.0
 
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

@@ -88,7 +88,7 @@ type Summary struct {
 	// ArgoCD says whether the real Argo CD synced (false: the fallback
 	// server-side-apply loop did).
 	ArgoCD bool
-	// ArgoCDVersion is the version of the Argo CD that synced, e.g. v3.2.12.
+	// ArgoCDVersion is the version of the Argo CD that synced, e.g. v3.2.11.
 	ArgoCDVersion string
 	// Kubeconfig is a kubeconfig of the control plane.
 	Kubeconfig string

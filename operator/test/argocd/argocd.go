@@ -90,7 +90,7 @@ func (v Version) tool() string {
 
 // Build is a located Argo CD build.
 type Build struct {
-	// Version is the build's version, e.g. v3.2.12.
+	// Version is the build's version, e.g. v3.2.11.
 	Version string
 	// Binary is the components binary `argocd` (ARGOCD_BINARY_NAME picks the
 	// component).
