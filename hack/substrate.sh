@@ -159,7 +159,7 @@ build_rollouts() {
 build_argocd_components() {
   local tooldir=$1 major=$2 version=$3 out=$4
   (cd "$here/tools/$tooldir" && \
-    log "go build argocd $version components (application controller, repo server, API server; about 7 CPU-minutes cold)" && \
+    log "go build argocd $version components (application controller, repo server, API server; about 22 CPU-minutes cold)" && \
     go build -trimpath -ldflags "-s -w -X github.com/argoproj/argo-cd/$major/common.version=${version#v}" -o "$out/argocd" . && \
     src=$(go list -m -f '{{.Dir}}' "github.com/argoproj/argo-cd/$major") && \
     mkdir -p "$out/crds" && \
