@@ -261,12 +261,6 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	if err := start("argocd-repo-server", []string{
 		"--address", "127.0.0.1", "--port", strconv.Itoa(repoPort), "--metrics-address", "127.0.0.1", "--metrics-port", strconv.Itoa(repoMetrics),
 		"--disable-tls",
-		// No webhook tells this repo server of a push, so a branch is
-		// resolved afresh (as a push webhook would make it): with the
-		// default 3-minute revision cache, v3.2.11's automated sync went
-		// back to the cached head of main right after a sync to the pushed
-		// commit (make demo's promotion to test).
-		"--revision-cache-expiration", "1s",
 	}, repoPort); err != nil {
 		return nil, err
 	}
