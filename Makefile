@@ -17,7 +17,7 @@ help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: substrate
-substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, argocd
+substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, Argo CD v3 and v2.14 (the components the tests run)
 	$(SUBSTRATE) all
 
 .PHONY: tools
@@ -128,7 +128,7 @@ bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stack
 
 .PHONY: demo
 # Built, then exec'd, like run. DEMO_ARGS="--yes --exit" runs it unattended.
-demo: substrate ## Roll a release out dev → test → prod with the real operator, analysis service and Argo CD, offline (DEMO_ARGS=-h lists options)
+demo: substrate ## Roll a release out dev → test → prod with the real operator, analysis service and Argo CD v3, offline (DEMO_ARGS=-h lists options; --argocd-version 2.14)
 	go build -o bin/stackflow-demo ./operator/cmd/stackflow-demo
 	exec ./bin/stackflow-demo $(DEMO_ARGS)
 

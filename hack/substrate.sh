@@ -5,7 +5,7 @@
 #   ${STACKFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stackflow}/<tool>-<version>/
 #
 # A tool whose directory already holds a complete build (marked by .complete) is
-# reused. Usage: hack/substrate.sh [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]
+# reused. Usage: hack/substrate.sh [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|argocd3|controller-gen|protoc-tools|all|env|dir TOOL]
 #   env   prints where the binaries are (KUBEBUILDER_ASSETS, STACKFLOW_PULUMI_ROOT, …).
 #   cluster builds the rest of a single-node cluster (kube-controller-manager,
 #         kube-scheduler, kubelet, kube-proxy) and installs the node packages; it is
@@ -25,6 +25,8 @@ PROTOC_GEN_GO_VERSION=v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 ROLLOUTS_VERSION=v1.10.1
 ARGOCD_VERSION=v2.14.21
+# The newest Argo CD v3 that builds as a dependency (see hack/gen-tools-argocd.sh).
+ARGOCD3_VERSION=v3.2.11
 NETPOL_VERSION=v0.8.0
 
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -43,6 +45,7 @@ done_or_build() {
   touch "$dir.tmp/.complete"
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
   log "built $dir in $((SECONDS - start))s"
+  printf '[phase] substrate %s: %ds\n' "$(basename "$dir")" "$((SECONDS - start))" >&2
 }
 
 # kube_ldflags prints the -ldflags that stamp KUBE_VERSION into a Kubernetes binary
@@ -144,19 +147,29 @@ build_rollouts() {
     chmod u+w "$out"/crds/*)
 }
 
-# build_argocd builds Argo CD's multi-call binary (the component is picked by
-# ARGOCD_BINARY_NAME: argocd-application-controller, argocd-repo-server, …) and
-# keeps, beside it, the CRDs of the same version (the module's manifests/crds).
-build_argocd() {
-  local out=$1
-  (cd "$here/tools/argocd" && \
-    log "go build argocd $ARGOCD_VERSION (about 7 CPU-minutes cold)" && \
-    go build -trimpath -ldflags "-s -w -X github.com/argoproj/argo-cd/v2/common.version=${ARGOCD_VERSION#v}" \
-      -o "$out/argocd" github.com/argoproj/argo-cd/v2/cmd && \
+# build_argocd_components TOOLDIR MAJOR VERSION OUT builds, from the tools
+# module hack/tools/TOOLDIR, the Argo CD components the tests run (application
+# controller, repo server, API server, git-ask-pass: its main.go, picking the
+# component from ARGOCD_BINARY_NAME like Argo CD's multi-call binary) and keeps,
+# beside it, the CRDs and the argocd-cm that the version's install manifests
+# ship (its defaults, e.g. v3's ignoreResourceUpdates), and its VERSION. The
+# whole multi-call binary (CLI, Dex, notifications, ApplicationSet controller,
+# …) compiles about 160 more packages, and its cold build takes longer (README,
+# "Argo CD versions").
+build_argocd_components() {
+  local tooldir=$1 major=$2 version=$3 out=$4
+  (cd "$here/tools/$tooldir" && \
+    log "go build argocd $version components (application controller, repo server, API server; about 22 CPU-minutes cold)" && \
+    go build -trimpath -ldflags "-s -w -X github.com/argoproj/argo-cd/$major/common.version=${version#v}" -o "$out/argocd" . && \
+    src=$(go list -m -f '{{.Dir}}' "github.com/argoproj/argo-cd/$major") && \
     mkdir -p "$out/crds" && \
-    cp "$(go list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v2)"/manifests/crds/*-crd.yaml "$out/crds/" && \
-    chmod u+w "$out"/crds/*)
+    cp "$src"/manifests/crds/*-crd.yaml "$out/crds/" && \
+    cp "$src"/manifests/base/config/argocd-cm.yaml "$out/argocd-cm.yaml" && \
+    chmod u+w "$out"/crds/* "$out/argocd-cm.yaml" && \
+    echo "$version" > "$out/VERSION")
 }
+build_argocd() { build_argocd_components argocd v2 "$ARGOCD_VERSION" "$1"; }
+build_argocd3() { build_argocd_components argocd3 v3 "$ARGOCD3_VERSION" "$1"; }
 
 build_controller_gen() {
   local out=$1
@@ -177,7 +190,10 @@ pulumi_dir() { echo "$CACHE/pulumi-$PULUMI_VERSION"; }
 pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
 controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
 rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION"; }
-argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION"; }
+# The -components suffix names the recipe (main.go of the tools module, not
+# Argo CD's multi-call cmd), so that a build of the old recipe is never reused.
+argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION-components"; }
+argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components"; }
 netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION"; }
 protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
 
@@ -198,11 +214,12 @@ case "${1:-all}" in
   protoc-tools) done_or_build "$(protoc_tools_dir)" build_protoc_tools ;;
   rollouts) done_or_build "$(rollouts_dir)" build_rollouts ;;
   argocd) done_or_build "$(argocd_dir)" build_argocd ;;
+  argocd3) done_or_build "$(argocd3_dir)" build_argocd3 ;;
   all)
     # The builds run side by side: each go build leaves cores idle while it
     # downloads and links, so together they finish well before one after another.
     pids=()
-    (done_or_build "$(kube_dir)" build_kube && done_or_build "$(rollouts_dir)" build_rollouts) & pids+=($!)
+    (done_or_build "$(kube_dir)" build_kube && done_or_build "$(rollouts_dir)" build_rollouts && done_or_build "$(argocd3_dir)" build_argocd3) & pids+=($!)
     (done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml && done_or_build "$(pulumi_dir)" build_pulumi && done_or_build "$(argocd_dir)" build_argocd) & pids+=($!)
     rc=0
     for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
@@ -215,11 +232,12 @@ case "${1:-all}" in
     echo "export STACKFLOW_PULUMI_LANGUAGE_YAML=$(pulumi_yaml_dir)"
     echo "export STACKFLOW_ROLLOUTS=$(rollouts_dir)"
     echo "export STACKFLOW_ARGOCD=$(argocd_dir)"
+    echo "export STACKFLOW_ARGOCD3=$(argocd3_dir)"
     echo "export STACKFLOW_CLUSTER=$(cluster_dir)"
     echo "export STACKFLOW_NETPOL=$(netpol_dir)"
     ;;
   dir) echo "$("${2//-/_}_dir")" ;;
   # cached TOOL: succeeds when TOOL's build is complete in the cache (builds nothing).
   cached) [ -f "$("${2//-/_}_dir")/.complete" ] ;;
-  *) echo "usage: $0 [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL|cached TOOL]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|argocd3|controller-gen|protoc-tools|all|env|dir TOOL|cached TOOL]" >&2; exit 2 ;;
 esac

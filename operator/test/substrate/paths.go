@@ -27,6 +27,9 @@ type Paths struct {
 	PulumiRoot string
 	// LanguageYAML holds pulumi-language-yaml.
 	LanguageYAML string
+	// ArgoCD and ArgoCD3 hold the Argo CD v2 and v3 builds (operator/test/argocd
+	// reads them; STACKFLOW_ARGOCD and STACKFLOW_ARGOCD3 override them there).
+	ArgoCD, ArgoCD3 string
 }
 
 var (
@@ -56,6 +59,8 @@ func Locate() (Paths, error) {
 			KubeAssets:   vars["KUBEBUILDER_ASSETS"],
 			PulumiRoot:   vars["STACKFLOW_PULUMI_ROOT"],
 			LanguageYAML: vars["STACKFLOW_PULUMI_LANGUAGE_YAML"],
+			ArgoCD:       vars["STACKFLOW_ARGOCD"],
+			ArgoCD3:      vars["STACKFLOW_ARGOCD3"],
 		}
 	})
 	return paths, pathsErr
