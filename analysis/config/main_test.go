@@ -42,22 +42,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 	rolloutsDir = paths.Rollouts
-	env = &envtest.Environment{
-		BinaryAssetsDirectory: paths.KubeAssets,
+	cp, err := substrate.StartControlPlaneEnv(&envtest.Environment{
 		CRDDirectoryPaths:     []string{substrate.CRDDir(), filepath.Join(rolloutsDir, "crds")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme(),
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "start control plane from %s (build it with `make substrate`): %v\n", paths.KubeAssets, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	k8s, err = client.New(cfg, client.Options{Scheme: env.Scheme})
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer func() { _ = cp.Stop() }()
+	env, k8s = cp.Env, cp.Client
 	return m.Run()
 }
