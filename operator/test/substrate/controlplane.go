@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -75,6 +76,12 @@ func StartControlPlaneEnv(env *envtest.Environment) (*ControlPlane, error) {
 	}
 	if env.Scheme == nil {
 		env.Scheme = Scheme()
+	}
+	if env.ControlPlaneStartTimeout == 0 && os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		// envtest's default, 20 s a component, is too short for a kube-apiserver
+		// starting on 2 busy cores (seen: every one of its 5 tries timed out
+		// while other builds ran); a process that fails still fails at once.
+		env.ControlPlaneStartTimeout = 2 * time.Minute
 	}
 	// One start at a time, so that the processes found new are this one's.
 	startMu.Lock()

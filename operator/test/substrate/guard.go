@@ -36,7 +36,7 @@ func startGuard(pids []int) (*guard, error) {
 		return nil, err
 	}
 	args := append([]string{"-c", `read _ || true; kill -KILL -- "$@" 2>/dev/null`, "guard"}, targets...)
-	cmd := exec.Command("/bin/sh", args...)
+	cmd := exec.Command("/bin/bash", args...) // dash's kill takes no "--" before a process group
 	cmd.Stdin = r
 	if err := cmd.Start(); err != nil {
 		r.Close()
@@ -50,6 +50,9 @@ func startGuard(pids []int) (*guard, error) {
 // stop ends the guard without letting it act.
 func (g *guard) stop() {
 	if g == nil {
+		return
+	}
+	if g.cmd == nil {
 		return
 	}
 	_ = g.cmd.Process.Kill()

@@ -31,6 +31,8 @@ func TestControlPlaneDiesWithItsProcess(t *testing.T) {
 	MustLocate(t)
 	child := exec.Command(os.Args[0], "-test.run=^TestControlPlaneDiesWithItsProcess$", "-test.count=1")
 	child.Env = append(os.Environ(), "STACKFLOW_GUARD_CHILD=1")
+	var stderr strings.Builder
+	child.Stderr = &stderr
 	out, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +52,7 @@ func TestControlPlaneDiesWithItsProcess(t *testing.T) {
 		t.Fatal("the child process was to die of SIGKILL")
 	}
 	if len(pids) != 2 {
-		t.Fatalf("the child reported %d control-plane processes, want etcd and kube-apiserver", len(pids))
+		t.Fatalf("the child reported %d control-plane processes, want etcd and kube-apiserver\n%s", len(pids), stderr.String())
 	}
 	Eventually(t, 30*time.Second, "etcd and kube-apiserver of a killed test process end", func() (bool, error) {
 		for _, pid := range pids {
