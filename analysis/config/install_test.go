@@ -131,7 +131,6 @@ func wantIDs(t *testing.T, dir string, objs []*unstructured.Unstructured, want .
 // creates its objects on the real API server (Stackflow and Argo Rollouts
 // CRDs installed) with strict field validation.
 func TestInstallManifests(t *testing.T) {
-	needControlPlane(t)
 
 	t.Run("default", func(t *testing.T) {
 		objs := build(t, "default")

@@ -117,7 +117,6 @@ func can(t *testing.T, sa string, attrs authorizationv1.ResourceAttributes) bool
 // the installed bindings allow. It runs after TestInstallManifests created
 // the objects (same package, source order), and creates them itself otherwise.
 func TestRBACOnTheAPIServer(t *testing.T) {
-	needControlPlane(t)
 	createNamespace(t, "my-project")
 	createNamespace(t, "my-stacks")
 	for _, dir := range []string{"default", "pulumi-cloud", "kargo-project"} {
@@ -156,7 +155,6 @@ func TestRBACOnTheAPIServer(t *testing.T) {
 // to a ServiceAccount and asks the authoriser about request paths, as the
 // service does for the /v1/pulumi/... routes.
 func TestPulumiCloudVerifierOnTheAPIServer(t *testing.T) {
-	needControlPlane(t)
 	createNamespace(t, "my-project")
 	apply(t, build(t, "default"))
 	crb := &rbacv1.ClusterRoleBinding{
