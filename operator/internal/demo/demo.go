@@ -549,6 +549,14 @@ func (d *demo) sync(ctx context.Context, st stage, revision string) error {
 			}
 			patch := client.MergeFrom(app.DeepCopy())
 			app.Operation = op
+			// Kargo's argocd-update asks for a hard refresh with the sync: the
+			// repository server resolves the tracked branch afresh, so the next
+			// comparison (and an automated sync after it) sees the pushed
+			// commit instead of the branch head it had cached.
+			if app.Annotations == nil {
+				app.Annotations = map[string]string{}
+			}
+			app.Annotations[argoappv1.AnnotationKeyRefresh] = string(argoappv1.RefreshTypeHard)
 			if err := d.c.Patch(ctx, app, patch); err != nil {
 				return fmt.Errorf("request the sync of %s: %w", st.App, err)
 			}
