@@ -28,6 +28,10 @@ type Input struct {
 	Now time.Time
 }
 
+// maxStalledReason bounds the Stalled reason quoted (the API allows 1024
+// characters; the operator's reasons are short PascalCase words).
+const maxStalledReason = 64
+
 // terminalFailure matches engine errors that retrying the same commit cannot
 // fix: an update run with expectNoChanges that found changes, and mandatory
 // policy violations.
@@ -126,7 +130,10 @@ func Verify(in Input) Result {
 		if luAtCommit {
 			r.Update = describeLastUpdate(in.Update(lu.Name), lu)
 		}
-		return r.with(PhaseFailed, ReasonStackStalled, "the Stack is stalled (%s): %s", st.Reason, st.Message)
+		// The Stalled message may quote the engine or git (an update's
+		// error output): only a masked, bounded excerpt is passed on.
+		r.StalledReason = cut(st.Reason, maxStalledReason)
+		return r.with(PhaseFailed, ReasonStackStalled, "the Stack is stalled (%s): %s", r.StalledReason, Detail(st.Message))
 	}
 
 	if c := s.Status.Conflict; c != nil && c.Generation == gen && Matches(c.Revision, q.Commit) {
