@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/stackflow-io/stackflow/analysis/tokensecret"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -131,5 +134,44 @@ func TestAudiencesAgainstAPIServer(t *testing.T) {
 	}
 	if code, body := ask(token(DefaultAudience)); code != http.StatusOK || body["reason"] != "StackNotFound" {
 		t.Fatalf("a token for %s: %d %v, want 200 (Pending, StackNotFound)", DefaultAudience, code, body)
+	}
+}
+
+// TestREADMEListsEveryFlag: every flag of the service and of refresh-token
+// is in the Flags section of analysis/README.md, so --help and the README
+// stay in step.
+func TestREADMEListsEveryFlag(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start, end := strings.Index(readme, "## Flags"), strings.Index(readme, "## Install")
+	if start < 0 || end < start {
+		t.Fatal("no Flags section before Install in analysis/README.md")
+	}
+	// The flags named in the first cell of a table row.
+	listed := map[string]bool{}
+	for _, line := range strings.Split(readme[start:end], "\n") {
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(line, "| `--") || len(cells) < 3 {
+			continue
+		}
+		for _, name := range strings.Split(cells[1], ",") {
+			listed[strings.Trim(strings.TrimSpace(name), "`")] = true
+		}
+	}
+	var o Options
+	fs := flag.NewFlagSet("stackflow-analysis", flag.ContinueOnError)
+	o.BindFlags(fs)
+	var ro tokensecret.Options
+	rfs := flag.NewFlagSet("refresh-token", flag.ContinueOnError)
+	ro.BindFlags(rfs)
+	for _, set := range []*flag.FlagSet{fs, rfs} {
+		set.VisitAll(func(f *flag.Flag) {
+			if !listed["--"+f.Name] {
+				t.Errorf("%s --%s is not in the Flags section of analysis/README.md", set.Name(), f.Name)
+			}
+		})
 	}
 }
