@@ -85,7 +85,9 @@ type Result struct {
 	// StalledReason is the reason of the Stack's Stalled condition when the
 	// answer is Failed because the Stack is stalled (reason StackStalled):
 	// the operator's PascalCase constant, such as UpdateFailed, SpecInvalid,
-	// SourceUnavailable or WorkspaceFailed.
+	// SourceUnavailable or WorkspaceFailed. UpdateFailed also when the
+	// update's failures reached the stall threshold before the condition was
+	// written, or while a retry at the backoff cap runs.
 	StalledReason string `json:"stalledReason,omitempty"`
 	// Retry says when a failed update will be tried again (phase Running,
 	// reason RetryingAfterFailure or RetryingAfterConflict).

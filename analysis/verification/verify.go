@@ -93,6 +93,7 @@ func Verify(in Input) Result {
 				// Past the stall threshold the operator still retries, at
 				// the backoff cap, in case an outage heals; the verdict on
 				// this commit stands.
+				r.StalledReason = pulumiv1.StalledUpdateFailedReason
 				return r.with(PhaseFailed, ReasonStackStalled, "%s of %s failed %d times in a row, so the Stack is stalled; a retry at the backoff cap is running", op, r.ObservedCommit.Short, lu.Failures)
 			}
 		}
@@ -157,6 +158,7 @@ func Verify(in Input) Result {
 			return r.with(PhaseFailed, ReasonPolicyViolation, "%s of %s violated a mandatory policy", op, r.ObservedCommit.Short)
 		}
 		if lu.Failures >= pulumiv1.RetryStallAfter {
+			r.StalledReason = pulumiv1.StalledUpdateFailedReason
 			return r.with(PhaseFailed, ReasonStackStalled, "%s of %s failed %d times in a row, so the Stack is stalled", op, r.ObservedCommit.Short, lu.Failures)
 		}
 		next, _ := s.NextRetryTime()
