@@ -244,8 +244,9 @@ func TestTemplatesUnderTheRolloutsController(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := nsObj.Name
-	// The token the templates read by default, as the token controller
-	// would fill a kubernetes.io/service-account-token Secret.
+	// The token the templates read by default (the fake service takes any;
+	// TestKargoProjectTokenUnderTheRolloutsController fills it as the
+	// kargo-project CronJob does, for the real service).
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: TokenSecret, Namespace: ns},
 		Data:       map[string][]byte{TokenSecretKey: []byte("test-token")},

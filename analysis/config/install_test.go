@@ -171,6 +171,10 @@ func TestInstallManifests(t *testing.T) {
 		wantIDs(t, "kargo-project", objs,
 			"ServiceAccount/my-project/stackflow-verifier",
 			"Secret/my-project/"+TokenSecret,
+			"ServiceAccount/my-project/stackflow-verifier-token-refresher",
+			"Role/my-project/stackflow-verifier-token-refresher",
+			"RoleBinding/my-project/stackflow-verifier-token-refresher",
+			"CronJob/my-project/stackflow-verifier-token",
 			"RoleBinding/my-stacks/stackflow-verifier-my-project")
 		createNamespace(t, "my-project")
 		createNamespace(t, "my-stacks")
