@@ -57,7 +57,6 @@ func containerArgs(t *testing.T, o *unstructured.Unstructured) []string {
 //     of it would mount by default) is refused with 401;
 //   - deleting the Secret revokes the token it held (bound to it).
 func TestKargoProjectTokenUnderTheRolloutsController(t *testing.T) {
-	needControlPlane(t)
 	ctx := context.Background()
 	project, stacks := generatedNamespace(t, "project-"), generatedNamespace(t, "stacks-")
 
@@ -228,7 +227,6 @@ func TestKargoProjectTokenUnderTheRolloutsController(t *testing.T) {
 // token carries no audience) is refused with the fix to make, and the
 // refresh fails without a Secret to bind to.
 func TestRefreshRefusesAServiceAccountTokenSecret(t *testing.T) {
-	needControlPlane(t)
 	ctx := context.Background()
 	ns := generatedNamespace(t, "legacy-")
 	admin := kubernetes.NewForConfigOrDie(env.Config)
