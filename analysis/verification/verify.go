@@ -8,6 +8,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
@@ -124,7 +125,7 @@ func Verify(in Input) Result {
 		r.ObservedCommit = NewCommit(lu.LastAttemptedCommit)
 	}
 
-	if st := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.StalledCondition); st != nil && st.Status == metav1.ConditionTrue && st.ObservedGeneration >= gen {
+	if st := conditions.Current(s, s.Status.Conditions, pulumiv1.StalledCondition); st != nil && st.Status == metav1.ConditionTrue {
 		if st.Reason == pulumiv1.StalledUpdateFailedReason && !luAtCommit && specCommit(s) == "" {
 			return r.with(PhasePending, ReasonAwaitingUpdate, "the Stack tracks %s and is stalled on another commit (%s); it has not run %s", branchOf(s), shortOf(r.ObservedCommit), r.RequestedCommit.Short)
 		}

@@ -32,7 +32,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/analysis/service"
 	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	"github.com/stackflow-io/stackflow/kargo-steps/manifest"
 	"github.com/stackflow-io/stackflow/kargo-steps/waiter"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -634,11 +634,11 @@ func stackColumns(s *pulumiv1.Stack) (commit, state, lastUpdate string, since ti
 		lastUpdate = strings.TrimSpace(fmt.Sprintf("%s %s %s", lu.Type, lu.State, lu.Name))
 	}
 	for _, t := range []string{"Stalled", "Reconciling"} {
-		if c := apimeta.FindStatusCondition(s.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+		if c := conditions.Current(s, s.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
 			return commit, t + " (" + c.Reason + ")", lastUpdate, c.LastTransitionTime.Time
 		}
 	}
-	if c := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.ReadyCondition); c != nil {
+	if c := conditions.Current(s, s.Status.Conditions, pulumiv1.ReadyCondition); c != nil {
 		if c.Status == metav1.ConditionTrue {
 			return commit, "Ready", lastUpdate, c.LastTransitionTime.Time
 		}
