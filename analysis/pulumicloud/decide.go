@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/internal/revision"
 )
 
 // Kinds and results as the REST API spells them (AppUpdateKind,
@@ -96,9 +97,9 @@ func (c *Client) decide(r *verification.Result, k cacheKey, ups []update, q veri
 		}
 		if len(ofKind) == 0 {
 			if k.preview {
-				r.Message = fmt.Sprintf("no preview ran commit %s: %s has no preview since its latest update", short(q.Commit), stack)
+				r.Message = fmt.Sprintf("no preview ran commit %s: %s has no preview since its latest update", revision.Short(q.Commit), stack)
 			} else {
-				r.Message = fmt.Sprintf("no update ran commit %s: %s has no update yet", short(q.Commit), stack)
+				r.Message = fmt.Sprintf("no update ran commit %s: %s has no update yet", revision.Short(q.Commit), stack)
 			}
 			return
 		}
@@ -106,13 +107,13 @@ func (c *Client) decide(r *verification.Result, k cacheKey, ups []update, q veri
 		r.Update = c.describe(k, latest)
 		r.ObservedCommit = verification.NewCommit(latest.head)
 		r.Message = fmt.Sprintf("no %s among %s ran commit %s; the latest, %s, %s (%s)",
-			noun(k.preview), where, short(q.Commit), name(k.preview, latest), ranCommit(latest), latest.result)
+			noun(k.preview), where, revision.Short(q.Commit), name(k.preview, latest), ranCommit(latest), latest.result)
 		return
 	}
 	u := *match
 	r.Update = c.describe(k, u)
 	r.ObservedCommit = verification.NewCommit(u.head)
-	subject := fmt.Sprintf("%s of %s at commit %s", name(k.preview, u), stack, short(u.head))
+	subject := fmt.Sprintf("%s of %s at commit %s", name(k.preview, u), stack, revision.Short(u.head))
 	switch u.result {
 	case resultSucceeded:
 		end := u.end
@@ -220,12 +221,5 @@ func ranCommit(u update) string {
 	if u.head == "" {
 		return "recorded no commit (no git.head)"
 	}
-	return "ran commit " + short(u.head)
-}
-
-func short(sha string) string {
-	if len(sha) > 7 {
-		return sha[:7]
-	}
-	return sha
+	return "ran commit " + revision.Short(u.head)
 }

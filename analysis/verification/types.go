@@ -2,6 +2,8 @@ package verification
 
 import (
 	"time"
+
+	"github.com/stackflow-io/stackflow/internal/revision"
 )
 
 // Phase is the verdict of a verification.
@@ -109,11 +111,7 @@ func NewCommit(rev string) *Commit {
 	if sha == "" {
 		return nil
 	}
-	short := sha
-	if len(short) > 7 {
-		short = short[:7]
-	}
-	return &Commit{SHA: sha, Short: short}
+	return &Commit{SHA: sha, Short: revision.Short(sha)}
 }
 
 // StackRef names the Stack and what it has done. For a Kubernetes Stack,

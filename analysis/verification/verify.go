@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/stackflow-io/stackflow/internal/conditions"
+	"github.com/stackflow-io/stackflow/internal/revision"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
@@ -65,7 +66,7 @@ var (
 func Verify(in Input) Result {
 	r := Result{
 		Operation:       in.Query.Operation,
-		RequestedCommit: &Commit{SHA: in.Query.Commit, Short: shortSHA(in.Query.Commit)},
+		RequestedCommit: &Commit{SHA: in.Query.Commit, Short: revision.Short(in.Query.Commit)},
 		Stack:           StackRef{Namespace: in.Namespace, Name: in.Name},
 		ObservedAt:      in.Now.UTC(),
 	}
@@ -80,7 +81,7 @@ func Verify(in Input) Result {
 		return r.with(PhaseFailed, ReasonStackDeleting, "Stack %s/%s is being deleted; it will not apply %s", s.Namespace, s.Name, r.RequestedCommit.Short)
 	}
 	if specCommit(s) != "" && !Matches(specCommit(s), q.Commit) {
-		return r.with(PhasePending, ReasonCommitNotTargeted, "the Stack targets commit %s, not %s (has Argo CD synced the change?)", shortSHA(CommitSHA(specCommit(s))), r.RequestedCommit.Short)
+		return r.with(PhasePending, ReasonCommitNotTargeted, "the Stack targets commit %s, not %s (has Argo CD synced the change?)", revision.Short(CommitSHA(specCommit(s))), r.RequestedCommit.Short)
 	}
 	op := stackOperation(s)
 
@@ -280,13 +281,6 @@ func shortOf(c *Commit) string {
 		return "nothing"
 	}
 	return c.Short
-}
-
-func shortSHA(sha string) string {
-	if len(sha) > 7 {
-		return sha[:7]
-	}
-	return sha
 }
 
 // specCommit is the commit a Git-sourced Stack pins ("" for a branch, a

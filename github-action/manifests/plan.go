@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/stackflow-io/stackflow/github-action/preview"
+	"github.com/stackflow-io/stackflow/internal/revision"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
 
@@ -239,7 +240,7 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	}
 	if _, err := os.Stat(work); err != nil {
 		cleanup()
-		return failPlan(req, notes, fmt.Errorf("repoDir %q is not in %s at %s", g.RepoDir, redactURL(g.ProjectRepo), short(sha)))
+		return failPlan(req, notes, fmt.Errorf("repoDir %q is not in %s at %s", g.RepoDir, redactURL(g.ProjectRepo), revision.Short(sha)))
 	}
 	req.WorkDir = work
 	req.Source = source(c, sha)
@@ -302,7 +303,7 @@ func describeSource(s *pulumiv1.Stack, resolved string) string {
 	case s.Spec.FluxSource != nil:
 		return s.Spec.FluxSource.SourceRef.Kind + " " + s.Spec.FluxSource.SourceRef.Name
 	case g.Commit != "" && IsCommit(g.Commit):
-		return "commit " + short(g.Commit)
+		return "commit " + revision.Short(g.Commit)
 	case g.Commit != "":
 		return "commit " + quote(g.Commit)
 	case g.Branch != "":
@@ -311,7 +312,7 @@ func describeSource(s *pulumiv1.Stack, resolved string) string {
 			b = quote(b)
 		}
 		if resolved != "" {
-			return "branch " + b + " (" + short(resolved) + ")"
+			return "branch " + b + " (" + revision.Short(resolved) + ")"
 		}
 		return "branch " + b
 	}
@@ -369,7 +370,7 @@ func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string
 		}
 		// A server that refuses to serve a commit by ID: fetch everything.
 		if _, err2 := run("fetch", "-q", "--", "origin"); err2 != nil {
-			return "", fmt.Errorf("fetch commit %s of %s: %w", short(commit), where, err)
+			return "", fmt.Errorf("fetch commit %s of %s: %w", revision.Short(commit), where, err)
 		}
 	}
 	target := "FETCH_HEAD"
@@ -377,7 +378,7 @@ func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string
 		target = commit
 	}
 	if _, err := run("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", target); err != nil {
-		return "", fmt.Errorf("check out %s of %s: %w", short(target), where, err)
+		return "", fmt.Errorf("check out %s of %s: %w", revision.Short(target), where, err)
 	}
 	return run("rev-parse", "HEAD")
 }

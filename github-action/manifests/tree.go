@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/stackflow-io/stackflow/internal/revision"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
 
@@ -68,11 +69,11 @@ func Load(repoDir, manifestsDir, sha string) (Tree, error) {
 	for _, f := range files {
 		docs, err := splitDocuments(blobs[f.oid])
 		if err != nil {
-			return t, fmt.Errorf("%s at %s: %w", f.path, short(sha), err)
+			return t, fmt.Errorf("%s at %s: %w", f.path, revision.Short(sha), err)
 		}
 		for i, doc := range docs {
 			if err := t.add(f.path, doc); err != nil {
-				return t, fmt.Errorf("%s at %s, document %d: %w", f.path, short(sha), i+1, err)
+				return t, fmt.Errorf("%s at %s, document %d: %w", f.path, revision.Short(sha), i+1, err)
 			}
 		}
 	}
@@ -225,10 +226,10 @@ func ensureCommit(repoDir, sha string) error {
 		return nil
 	}
 	if _, err := git(repoDir, "fetch", "-q", "--depth=1", "--", "origin", sha); err != nil {
-		return fmt.Errorf("commit %s is not in %s and fetching it failed: %w", short(sha), repoDir, err)
+		return fmt.Errorf("commit %s is not in %s and fetching it failed: %w", revision.Short(sha), repoDir, err)
 	}
 	if _, err := git(repoDir, "cat-file", "-e", sha+"^{commit}"); err != nil {
-		return fmt.Errorf("commit %s: not a commit after fetching it", short(sha))
+		return fmt.Errorf("commit %s: not a commit after fetching it", revision.Short(sha))
 	}
 	return nil
 }
@@ -242,11 +243,4 @@ func git(dir string, args ...string) (string, error) {
 		return "", fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
-}
-
-func short(sha string) string {
-	if len(sha) > 7 {
-		return sha[:7]
-	}
-	return sha
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/stackflow-io/stackflow/internal/conditions"
+	"github.com/stackflow-io/stackflow/internal/revision"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
 
@@ -134,14 +135,13 @@ func readyKey(s *pulumiv1.Stack) string {
 	return out
 }
 
+// shortRev names a revision in a message: shortened, or "the program" for a
+// Stack whose source has no revision (a Program reference resolved without one).
 func shortRev(rev string) string {
-	if len(rev) > 12 {
-		return rev[:12]
-	}
 	if rev == "" {
 		return "the program"
 	}
-	return rev
+	return revision.Short(rev)
 }
 
 func jsonUnmarshal(s string, v any) error {

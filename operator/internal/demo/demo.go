@@ -43,6 +43,7 @@ import (
 	"github.com/stackflow-io/stackflow/analysis/service"
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	"github.com/stackflow-io/stackflow/internal/conditions"
+	"github.com/stackflow-io/stackflow/internal/revision"
 	"github.com/stackflow-io/stackflow/kargo-steps/manifest"
 	"github.com/stackflow-io/stackflow/kargo-steps/waiter"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -173,7 +174,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 
 	// The first release reaches every stage as the manifests say: dev
 	// tracks main, test and prod are pinned to it.
-	say("first rollout: every stage deploys release 1 (%s); test waits for dev and prod for test (Stack prerequisites)", short(first))
+	say("first rollout: every stage deploys release 1 (%s); test waits for dev and prod for test (Stack prerequisites)", revision.Short(first))
 	for _, st := range d.stages {
 		if _, err := d.verify(ctx, st, first, 4*time.Minute); err != nil {
 			return nil, err
@@ -187,7 +188,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		return nil, err
 	}
 	sum.Release = release
-	say("release 2 committed to the program repository: %s; dev tracks main and deploys it", short(release))
+	say("release 2 committed to the program repository: %s; dev tracks main and deploys it", revision.Short(release))
 	if _, err := d.verify(ctx, d.stages[0], release, 3*time.Minute); err != nil {
 		return nil, err
 	}
@@ -214,7 +215,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		return nil, err
 	}
 	sum.Broken = broken
-	say("release 3 committed: %s; its program fails on update. dev deploys it; a promotion to test first needs dev's verification", short(broken))
+	say("release 3 committed: %s; its program fails on update. dev deploys it; a promotion to test first needs dev's verification", revision.Short(broken))
 	res, err := d.verify(ctx, d.stages[0], broken, 4*time.Minute)
 	if err == nil {
 		return nil, fmt.Errorf("release 3 was verified at dev, but its program fails on update")
@@ -225,7 +226,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	sum.Stopped = res
 	say("release 3 stopped at dev: %s: %s", res.Reason, res.Message)
-	say("it is not promoted: test and prod stay at release 2 (%s)", short(release))
+	say("it is not promoted: test and prod stay at release 2 (%s)", revision.Short(release))
 
 	stopWatch()
 	sum.Stages = d.rows(ctx)
@@ -404,7 +405,7 @@ func (d *demo) makeRepositories(ctx context.Context) (string, error) {
 		return "", err
 	}
 	d.scr.Say("program repository %s (release 1: %s), manifests repository %s (examples/argocd/environments; projectRepo, commit and retry cap set for this machine, no Pulumi access token: a file:// backend)",
-		d.git.URL("program.git"), short(first), d.git.URL("manifests.git"))
+		d.git.URL("program.git"), revision.Short(first), d.git.URL("manifests.git"))
 	d.scr.Say("working clones to play with: %s, %s", d.program.work, d.mf.work)
 	return first, nil
 }
@@ -457,7 +458,7 @@ func (e *stoppedError) Error() string { return e.res.Reason + ": " + e.res.Messa
 // until the stage's Stack has applied the commit; a Failed verdict is a
 // *stoppedError.
 func (d *demo) verify(ctx context.Context, st stage, commit string, timeout time.Duration) (verification.Result, error) {
-	d.scr.Say("%s: waiting for the analysis service to verify %s/%s at %s", st.Name, st.StackNamespace, st.StackName, short(commit))
+	d.scr.Say("%s: waiting for the analysis service to verify %s/%s at %s", st.Name, st.StackNamespace, st.StackName, revision.Short(commit))
 	out, err := waiter.Wait(ctx, waiter.Options{URL: d.analysis, Namespace: st.StackNamespace, Stack: st.StackName, Commit: commit,
 		Operation: verification.OperationUp, Timeout: timeout, TokenFile: d.token})
 	if err != nil {
@@ -481,8 +482,8 @@ func (d *demo) verify(ctx context.Context, st stage, commit string, timeout time
 // sync the Application to the pushed commit, wait for verification.
 func (d *demo) promote(ctx context.Context, st stage, commit string) error {
 	say := d.scr.Say
-	say("%s: promoting %s with the steps of ClusterPromotionTask stackflow-promote (Kargo is not run here: the demo runs its steps)", st.Name, short(commit))
-	dir := filepath.Join(d.local.Dir, "git", "promotions", fmt.Sprintf("%s-%s", st.Name, short(commit)))
+	say("%s: promoting %s with the steps of ClusterPromotionTask stackflow-promote (Kargo is not run here: the demo runs its steps)", st.Name, revision.Short(commit))
+	dir := filepath.Join(d.local.Dir, "git", "promotions", fmt.Sprintf("%s-%s", st.Name, revision.Short(commit)))
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return err
 	}
@@ -494,18 +495,18 @@ func (d *demo) promote(ctx context.Context, st stage, commit string) error {
 	if err != nil {
 		return err
 	}
-	say("%s:   set-commit  %s spec.commit %s → %s", st.Name, res.File, short(res.OldCommit), short(commit))
+	say("%s:   set-commit  %s spec.commit %s → %s", st.Name, res.File, revision.Short(res.OldCommit), revision.Short(commit))
 	r := &repo{bare: d.mf.bare, work: dir}
-	pushed, err := r.commitAll(ctx, fmt.Sprintf("%s: Stack %s/%s to %s", st.Name, st.StackNamespace, st.StackName, short(commit)))
+	pushed, err := r.commitAll(ctx, fmt.Sprintf("%s: Stack %s/%s to %s", st.Name, st.StackNamespace, st.StackName, revision.Short(commit)))
 	if err != nil {
 		return err
 	}
-	say("%s:   git-commit, git-push  manifests %s", st.Name, short(pushed))
+	say("%s:   git-commit, git-push  manifests %s", st.Name, revision.Short(pushed))
 	if d.argo != nil {
 		if err := d.sync(ctx, st, pushed); err != nil {
 			return err
 		}
-		say("%s:   argocd-update  Application %s synced to %s", st.Name, st.App, short(pushed))
+		say("%s:   argocd-update  Application %s synced to %s", st.Name, st.App, revision.Short(pushed))
 	}
 	_, err = d.verify(ctx, st, commit, 4*time.Minute)
 	return err
@@ -514,7 +515,7 @@ func (d *demo) promote(ctx context.Context, st stage, commit string) error {
 // sync asks Argo CD to sync the stage's Application to the revision, as
 // Kargo's argocd-update step does (an operation on the Application), and
 // waits until the sync to that revision finished.
-func (d *demo) sync(ctx context.Context, st stage, revision string) error {
+func (d *demo) sync(ctx context.Context, st stage, rev string) error {
 	key := types.NamespacedName{Namespace: argocd.Namespace, Name: st.App}
 	requested := false
 	deadline := time.Now().Add(4 * time.Minute)
@@ -524,9 +525,9 @@ func (d *demo) sync(ctx context.Context, st stage, revision string) error {
 			return err
 		}
 		op := app.Status.OperationState
-		if op != nil && op.SyncResult != nil && op.SyncResult.Revision == revision && op.Phase.Completed() {
+		if op != nil && op.SyncResult != nil && op.SyncResult.Revision == rev && op.Phase.Completed() {
 			if !op.Phase.Successful() {
-				return fmt.Errorf("Argo CD sync of %s to %s: %s: %s", st.App, short(revision), op.Phase, op.Message)
+				return fmt.Errorf("Argo CD sync of %s to %s: %s: %s", st.App, revision.Short(rev), op.Phase, op.Message)
 			}
 			return nil
 		}
@@ -537,7 +538,7 @@ func (d *demo) sync(ctx context.Context, st stage, revision string) error {
 			// patched in (the Application's status is not a subresource: an
 			// update would write back a stale one).
 			op := &argoappv1.Operation{
-				Sync:        &argoappv1.SyncOperation{Revision: revision},
+				Sync:        &argoappv1.SyncOperation{Revision: rev},
 				InitiatedBy: argoappv1.OperationInitiator{Username: "stackflow-demo", Automated: true},
 				Info:        []*argoappv1.Info{{Name: "Reason", Value: "Promotion of " + st.Name + " by stackflow-demo"}},
 			}
@@ -563,7 +564,7 @@ func (d *demo) sync(ctx context.Context, st stage, revision string) error {
 			requested = true
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("Argo CD did not sync %s to %s in 4 minutes", st.App, short(revision))
+			return fmt.Errorf("Argo CD did not sync %s to %s in 4 minutes", st.App, revision.Short(rev))
 		}
 		select {
 		case <-ctx.Done():
@@ -575,7 +576,7 @@ func (d *demo) sync(ctx context.Context, st stage, revision string) error {
 
 // approve asks whether to promote to prod.
 func (d *demo) approve(ctx context.Context, st stage, commit string) (bool, error) {
-	d.scr.Ask(fmt.Sprintf("Promote %s to %s? In Kargo, stackflow-promote-pr opens a pull request and a person approves by merging it. [y/N] ", short(commit), st.Name))
+	d.scr.Ask(fmt.Sprintf("Promote %s to %s? In Kargo, stackflow-promote-pr opens a pull request and a person approves by merging it. [y/N] ", revision.Short(commit), st.Name))
 	answer := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(d.o.In).ReadString('\n')
@@ -627,9 +628,9 @@ func (d *demo) rows(ctx context.Context) []Row {
 // stackColumns are the table's view of a Stack.
 func stackColumns(s *pulumiv1.Stack) (commit, state, lastUpdate string, since time.Time) {
 	if lu := s.Status.LastUpdate; lu != nil {
-		commit = short(lu.LastSuccessfulCommit)
+		commit = revision.Short(lu.LastSuccessfulCommit)
 		if lu.LastAttemptedCommit != "" && lu.LastAttemptedCommit != lu.LastSuccessfulCommit {
-			commit += " (tried " + short(lu.LastAttemptedCommit) + ")"
+			commit += " (tried " + revision.Short(lu.LastAttemptedCommit) + ")"
 		}
 		lastUpdate = strings.TrimSpace(fmt.Sprintf("%s %s %s", lu.Type, lu.State, lu.Name))
 	}
@@ -652,12 +653,12 @@ func (d *demo) summary(sum *Summary) {
 	d.scr.Print()
 	w := d.o.Out
 	fmt.Fprintf(w, "\nSummary (%s):\n", formatDuration(sum.Elapsed))
-	fmt.Fprintf(w, "  release 2 (%s) went dev → test → prod", short(sum.Release))
+	fmt.Fprintf(w, "  release 2 (%s) went dev → test → prod", revision.Short(sum.Release))
 	if sum.ProdDeclined {
 		fmt.Fprint(w, " (prod declined at the approval)")
 	}
 	fmt.Fprintf(w, "; each stage verified by the analysis service before the next was promoted.\n")
-	fmt.Fprintf(w, "  release 3 (%s) stopped at dev: %s.\n", short(sum.Broken), sum.Stopped.Reason)
+	fmt.Fprintf(w, "  release 3 (%s) stopped at dev: %s.\n", revision.Short(sum.Broken), sum.Stopped.Reason)
 	if sum.ArgoCD {
 		fmt.Fprintf(w, "  Argo CD %s synced every stage, waiting on each Stack's health (Stackflow's health checks) between sync waves.\n", sum.ArgoCDVersion)
 	} else {
@@ -718,12 +719,4 @@ func (d *demo) syncOnce(ctx context.Context, dir string) error {
 		}
 	}
 	return nil
-}
-
-// short is a commit's first 7 characters.
-func short(sha string) string {
-	if len(sha) > 7 {
-		return sha[:7]
-	}
-	return sha
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/internal/revision"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -48,13 +49,13 @@ func TestDemo(t *testing.T) {
 	}
 	for _, stage := range []string{"test", "prod"} {
 		r := rows[stage]
-		if r.Commit != short(sum.Release) || r.State != "Ready" || r.Health != "Healthy Synced" {
-			t.Errorf("%s ended %+v; want Ready at release 2 (%s), Healthy Synced", stage, r, short(sum.Release))
+		if r.Commit != revision.Short(sum.Release) || r.State != "Ready" || r.Health != "Healthy Synced" {
+			t.Errorf("%s ended %+v; want Ready at release 2 (%s), Healthy Synced", stage, r, revision.Short(sum.Release))
 		}
 	}
 	dev := rows["dev"]
-	if !strings.HasPrefix(dev.State, "Stalled") || !strings.Contains(dev.Commit, "tried "+short(sum.Broken)) || !strings.HasPrefix(dev.Health, "Degraded") {
-		t.Errorf("dev ended %+v; want Stalled, having tried release 3 (%s), Degraded", dev, short(sum.Broken))
+	if !strings.HasPrefix(dev.State, "Stalled") || !strings.Contains(dev.Commit, "tried "+revision.Short(sum.Broken)) || !strings.HasPrefix(dev.Health, "Degraded") {
+		t.Errorf("dev ended %+v; want Stalled, having tried release 3 (%s), Degraded", dev, revision.Short(sum.Broken))
 	}
 	// The test provider's records: what each stage's Pulumi stack holds.
 	for stage, want := range map[string]string{"dev": "(release 2)", "test": "(release 2)", "prod": "(release 2)"} {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stackflow-io/stackflow/internal/revision"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
@@ -173,7 +174,7 @@ func revisionChanged(in Input) (Decision, bool) {
 	if lu.State == pulumiv1.SucceededStackStateMessage && in.Revision == lu.LastSuccessfulCommit {
 		return Decision{}, false
 	}
-	return Decision{Action: Run, Reason: fmt.Sprintf("new revision %s", short(in.Revision))}, true
+	return Decision{Action: Run, Reason: fmt.Sprintf("new revision %s", revision.Short(in.Revision))}, true
 }
 
 // inputsChanged: a value in a referenced ConfigMap or Secret changed since the
@@ -342,13 +343,6 @@ func specResync(s *pulumiv1.Stack) time.Duration {
 		return DefaultResync
 	}
 	return 0
-}
-
-func short(rev string) string {
-	if len(rev) > 12 {
-		return rev[:12]
-	}
-	return rev
 }
 
 // Prerequisite is what a prerequisite check needs to know of another Stack.

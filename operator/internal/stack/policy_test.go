@@ -57,7 +57,7 @@ func TestDecide(t *testing.T) {
 		{"up to date, branch resync", stackWith(last(ok, "up", revA, 0, time.Minute)), revA, UpToDate, "up", "up to date", DefaultResync},
 		{"up to date, custom resync", stackWith(last(ok, "up", revA, 0, time.Minute), func(s *pulumiv1.Stack) { s.Spec.ResyncFrequencySeconds = 300 }), revA, UpToDate, "up", "up to date", 300 * time.Second},
 		{"pinned commit never polls", stackWith(last(ok, "up", revA, 0, time.Minute), func(s *pulumiv1.Stack) { s.Spec.Branch, s.Spec.Commit = "", revA }), revA, UpToDate, "up", "up to date", 0},
-		{"new commit", stackWith(last(ok, "up", revA, 0, time.Minute)), revB, Run, "up", "new revision bbbbbbbbbbbb", 0},
+		{"new commit", stackWith(last(ok, "up", revA, 0, time.Minute)), revB, Run, "up", "new revision bbbbbbb", 0},
 		{"spec changed", stackWith(last(ok, "up", revA, 0, time.Minute), func(s *pulumiv1.Stack) { s.Generation = 4 }), revA, Run, "up", "the spec changed (generation 4, last update ran for 3)", 0},
 		{"preview turned off", stackWith(last(ok, "preview", revA, 0, time.Minute)), revA, Run, "up", "the last update was a preview", 0},
 		{"preview mode, previewed", stackWith(func(s *pulumiv1.Stack) { s.Spec.Preview = true }, last(ok, "preview", revA, 0, time.Minute)), revA, UpToDate, "preview", "up to date", DefaultResync},

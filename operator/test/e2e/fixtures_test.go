@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	argocdhealth "github.com/stackflow-io/stackflow/argocd-health"
+	"github.com/stackflow-io/stackflow/internal/revision"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
@@ -123,7 +124,7 @@ func TestCaptureHealthFixtures(t *testing.T) {
 	runningMsg := func(s *pulumiv1.Stack, typ string) bool {
 		c := condition(s, pulumiv1.ReconcilingCondition)
 		cu := s.Status.CurrentUpdate
-		return c != nil && cu != nil && c.Message == fmt.Sprintf("%s %s running for %s", typ, cu.Name, sha[:12])
+		return c != nil && cu != nil && c.Message == fmt.Sprintf("%s %s running for %s", typ, cu.Name, revision.Short(sha))
 	}
 	ready := func(s *pulumiv1.Stack) bool {
 		c := condition(s, pulumiv1.ReadyCondition)
@@ -485,7 +486,7 @@ type fixtureRecorder struct {
 func newFixtureRecorder(t *testing.T, ns string, repo *gitrepo.Repo, shas ...string) *fixtureRecorder {
 	pairs := []string{repo.URL(), fixtureRepo, repo.Bare, "/git/fixtures.git", repo.Work, "/git/work"}
 	for _, s := range shas {
-		pairs = append(pairs, s, fixtureSHA, s[:12], fixtureSHA[:12])
+		pairs = append(pairs, s, fixtureSHA, revision.Short(s), revision.Short(fixtureSHA))
 	}
 	return &fixtureRecorder{
 		t: t, dir: filepath.Join(substrate.RepoRoot(), "argocd-health", "testdata", "captured"),
