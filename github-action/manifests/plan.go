@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/stackflow-io/stackflow/github-action/preview"
+	"github.com/stackflow-io/stackflow/internal/redact"
 	"github.com/stackflow-io/stackflow/internal/revision"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
@@ -240,7 +241,7 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	}
 	if _, err := os.Stat(work); err != nil {
 		cleanup()
-		return failPlan(req, notes, fmt.Errorf("repoDir %q is not in %s at %s", g.RepoDir, redactURL(g.ProjectRepo), revision.Short(sha)))
+		return failPlan(req, notes, fmt.Errorf("repoDir %q is not in %s at %s", g.RepoDir, redact.URLCredentials(g.ProjectRepo), revision.Short(sha)))
 	}
 	req.WorkDir = work
 	req.Source = source(c, sha)
@@ -266,8 +267,8 @@ func PlanAll(ctx context.Context, changes []Change, tree Tree, o PlanOptions) ([
 }
 
 func failPlan(req preview.Request, notes []string, err error) (preview.Request, func(), error) {
-	for _, m := range req.Masks {
-		err = errors.New(strings.ReplaceAll(err.Error(), m, preview.SecretMask))
+	if masks := redact.NewValues(req.Masks...); masks.Len() > 0 {
+		err = errors.New(masks.Text(err.Error()))
 	}
 	req.Err = err
 	req.Notes = notes
@@ -347,7 +348,7 @@ func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string
 		if err != nil {
 			msg := gitMessage(string(out))
 			if token != "" {
-				msg = strings.ReplaceAll(strings.ReplaceAll(msg, token, preview.SecretMask), basicAuth(token), preview.SecretMask)
+				msg = redact.NewValues(token, basicAuth(token)).Text(msg)
 			}
 			return "", fmt.Errorf("git %s: %v: %s", args[0], err, msg)
 		}
@@ -363,7 +364,7 @@ func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string
 	if ref == "" {
 		ref = "refs/heads/" + strings.TrimPrefix(branch, "refs/heads/")
 	}
-	where := redactURL(repo.String())
+	where := redact.URLCredentials(repo.String())
 	if _, err := run("fetch", "-q", "--depth=1", "--", "origin", ref); err != nil {
 		if commit == "" {
 			return "", fmt.Errorf("fetch branch %s of %s: %w", quote(branch), where, err)
@@ -432,16 +433,6 @@ func gitMessage(out string) string {
 
 func basicAuth(token string) string {
 	return base64.StdEncoding.EncodeToString([]byte("x-access-token:" + token))
-}
-
-// redactURL drops credentials from a URL.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	u.User = nil
-	return u.String()
 }
 
 // renderProgram renders a Program as the operator does: name and the yaml

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/stackflow-io/stackflow/internal/redact"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
 
@@ -54,7 +55,7 @@ func checkBranch(b string) error {
 // commands through git's transports.
 func repoURL(raw string, allowLoopbackHTTP bool) (*url.URL, error) {
 	refuse := func(why string) (*url.URL, error) {
-		return nil, fmt.Errorf("spec.projectRepo %s %s", quote(redactURL(raw)), why)
+		return nil, fmt.Errorf("spec.projectRepo %s %s", quote(redact.URLCredentials(raw)), why)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" || u.Host == "" || strings.HasPrefix(raw, "-") {
@@ -129,7 +130,7 @@ func checkBackend(what, b string, allowed []string) error {
 	if b == "" || backendAllowed(b, allowed) {
 		return nil
 	}
-	return fmt.Errorf("%s %s is not in the action's backends input: the pulumi CLI would send the job's Pulumi credentials there", what, quote(redactURL(b)))
+	return fmt.Errorf("%s %s is not in the action's backends input: the pulumi CLI would send the job's Pulumi credentials there", what, quote(redact.URLCredentials(b)))
 }
 
 // checkVariable refuses an environment variable a manifest sets (literal

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -19,10 +18,11 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 
 	"github.com/stackflow-io/stackflow/github-action/result"
+	"github.com/stackflow-io/stackflow/internal/redact"
 )
 
 // SecretMask replaces secret values in Output and Error.
-const SecretMask = "[secret]"
+const SecretMask = redact.Mask
 
 // ConfigValue is one configuration value.
 type ConfigValue struct {
@@ -105,11 +105,11 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 	if parallel < 1 {
 		parallel = 1
 	}
-	masks := make([][]string, len(reqs))
+	masks := make([]redact.Values, len(reqs))
 	for i, r := range reqs {
 		masks[i] = r.secrets()
 		if o.Mask != nil {
-			for _, s := range masks[i] {
+			for _, s := range masks[i].List() {
 				o.Mask(s)
 			}
 		}
@@ -156,10 +156,10 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 	return out
 }
 
-// secrets are the values to mask: secret config values (as given and as a
-// string when JSON), Masks, and each line of multi-line ones; longest first,
-// so a value containing another is masked whole.
-func (r Request) secrets() []string {
+// secrets are the values to mask (internal/redact's rule: each value and
+// each line of a multi-line one, at least redact.MinLength long): secret
+// config values, as given and as a string when JSON, and Masks.
+func (r Request) secrets() redact.Values {
 	var values []string
 	for _, c := range r.Config {
 		if !c.Secret {
@@ -173,40 +173,7 @@ func (r Request) secrets() []string {
 			}
 		}
 	}
-	return withSecrets(nil, append(values, r.Masks...)...)
-}
-
-// withSecrets adds values (each, and each line of a multi-line one, trimmed)
-// to secrets, without duplicates, longest first.
-func withSecrets(secrets []string, values ...string) []string {
-	seen := map[string]bool{}
-	out := append([]string(nil), secrets...)
-	for _, s := range out {
-		seen[s] = true
-	}
-	for _, s := range values {
-		for _, v := range append([]string{s}, strings.Split(s, "\n")...) {
-			v = strings.TrimSpace(v)
-			if v != "" && !seen[v] {
-				seen[v] = true
-				out = append(out, v)
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if len(out[i]) != len(out[j]) {
-			return len(out[i]) > len(out[j])
-		}
-		return out[i] < out[j]
-	})
-	return out
-}
-
-func mask(s string, secrets []string) string {
-	for _, v := range secrets {
-		s = strings.ReplaceAll(s, v, SecretMask)
-	}
-	return s
+	return redact.NewValues(append(values, r.Masks...)...)
 }
 
 func base(r Request) result.Result {
@@ -214,17 +181,17 @@ func base(r Request) result.Result {
 		Notes: append([]string(nil), r.Notes...)}
 }
 
-func failed(r Request, err error, secrets []string) result.Result {
+func failed(r Request, err error, secrets redact.Values) result.Result {
 	res := base(r)
 	res.Status = result.Failed
-	res.Error = mask(err.Error(), secrets)
+	res.Error = secrets.Text(err.Error())
 	if res.Key == "" {
 		res.Key = defaultKey(res.Project, r.Stack)
 	}
 	return res
 }
 
-func (o Options) one(ctx context.Context, r Request, secrets []string) (res result.Result) {
+func (o Options) one(ctx context.Context, r Request, secrets redact.Values) (res result.Result) {
 	switch {
 	case r.Err != nil:
 		return failed(r, r.Err, secrets)
@@ -241,8 +208,8 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 		if res.Key == "" {
 			res.Key = defaultKey(res.Project, res.Stack)
 		}
-		res.Output = mask(res.Output, secrets)
-		res.Error = mask(res.Error, secrets)
+		res.Output = secrets.Text(res.Output)
+		res.Error = secrets.Text(res.Error)
 	}()
 	fail := func(err error) result.Result {
 		res.Status = result.Failed
@@ -295,7 +262,7 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
 			if err := ws.RemoveStack(rmCtx, r.Stack); err != nil {
-				res.Notes = append(res.Notes, "The stack created for the preview could not be removed: "+mask(cleanAutoError(err).Error(), secrets))
+				res.Notes = append(res.Notes, "The stack created for the preview could not be removed: "+secrets.Text(cleanAutoError(err).Error()))
 			}
 		}()
 	}
@@ -316,15 +283,15 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 		}
 	}
 	known := map[string]bool{}
-	for _, s := range secrets {
+	for _, s := range secrets.List() {
 		known[s] = true
 	}
-	for _, s := range withSecrets(nil, found...) {
+	for _, s := range redact.NewValues(found...).List() {
 		if !known[s] && o.Mask != nil {
 			o.Mask(s)
 		}
 	}
-	secrets = withSecrets(secrets, found...)
+	secrets = redact.NewValues(append(secrets.List(), found...)...)
 
 	var stdout bytes.Buffer
 	evs := make(chan events.EngineEvent)

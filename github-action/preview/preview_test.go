@@ -172,6 +172,10 @@ type errString string
 
 func (e errString) Error() string { return string(e) }
 
+// TestSecrets: the values masked are the secret config values (a JSON one
+// also as its string) and each line of a multi-line one, longest first;
+// values shorter than redact.MinLength ("abc") are not masked, as everywhere
+// in Stackflow.
 func TestSecrets(t *testing.T) {
 	r := Request{Config: map[string]ConfigValue{
 		"a": {Value: "abc", Secret: true},
@@ -179,11 +183,11 @@ func TestSecrets(t *testing.T) {
 		"c": {Value: "plain"},
 		"d": {Value: "line1\nline2", Secret: true},
 	}}
-	got := strings.Join(r.secrets(), ",")
-	if want := `line1\nline2,"abcdef",abcdef,line1,line2,abc`; got != strings.ReplaceAll(want, `\n`, "\n") {
+	got := strings.Join(r.secrets().List(), ",")
+	if want := `line1\nline2,"abcdef",abcdef,line1,line2`; got != strings.ReplaceAll(want, `\n`, "\n") {
 		t.Errorf("secrets = %q", got)
 	}
-	if m := mask(`x "abcdef" abc`, r.secrets()); m != "x [secret] [secret]" {
+	if m := r.secrets().Text(`x "abcdef" abc plain`); m != "x [secret] abc plain" {
 		t.Errorf("mask = %q", m)
 	}
 }
