@@ -574,17 +574,36 @@ func (w *eventWriter) line(l string) {
 	w.run.emit(&agentv1.OperationEvent{Event: &agentv1.OperationEvent_Log{Log: l}})
 }
 
-// logWriter sends command output (pulumi install) to the agent log.
+// logWriter sends command output (pulumi install) to the agent log, and
+// keeps its last line for a message saying where a command hung.
 type logWriter struct {
 	log    logr.Logger
 	redact *redactor
+
+	mu   sync.Mutex
+	last string
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
 		if strings.TrimSpace(l) != "" {
-			w.log.Info(w.redact.redact(l))
+			l = w.redact.redact(l)
+			w.log.Info(l)
+			w.mu.Lock()
+			w.last = l
+			w.mu.Unlock()
 		}
 	}
 	return len(p), nil
+}
+
+// lastLine is the last non-empty line written (redacted, trimmed, capped),
+// or "(none)".
+func (w *logWriter) lastLine() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == "" {
+		return "(none)"
+	}
+	return truncateMessage(strings.TrimSpace(w.last))
 }
