@@ -132,6 +132,10 @@ type Options struct {
 	// --prepare-timeout (the fetch and `pulumi install` of a revision);
 	// zero leaves the agent's default (15 min) and its command line as it is.
 	WorkspacePrepareTimeout time.Duration
+	// GitHubAPIHosts, when set (--github-api-hosts), are the only hosts a
+	// Stack's gitAuth.githubApp.apiURL may name; a Stack naming another is
+	// Stalled before any request is made.
+	GitHubAPIHosts []string
 }
 
 // InputsDigestKeySecret is the Secret (key "key") holding the key of the
@@ -226,7 +230,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	stacks := &controller.StackReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
 		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key, SSHKnownHosts: opts.SSHKnownHosts,
-		SecretPollInterval: opts.SecretPollInterval,
+		SecretPollInterval: opts.SecretPollInterval, GitHubAPIHosts: opts.GitHubAPIHosts,
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)
