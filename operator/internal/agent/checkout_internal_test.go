@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
@@ -153,6 +154,11 @@ func TestAppTokenRedactionStaysBounded(t *testing.T) {
 	pe := substrate.NewPulumi(t)
 	gh := fakegithub.New(t, "5150", "9001")
 	gh.TokenTTL = 4 * time.Minute
+	// The agent exchanges through gitauth.DefaultAppTokens; its client
+	// trusts the fake GitHub's test authority for this test.
+	saved := gitauth.DefaultAppTokens.Client
+	gitauth.DefaultAppTokens.Client = gh.Client()
+	t.Cleanup(func() { gitauth.DefaultAppTokens.Client = saved })
 	var mu sync.Mutex
 	var used []string // the installation tokens the git server accepted, in order
 	repo, srv := gitrepo.NewServedHTTP(t, "infra.git", func(user, password string) bool {
@@ -255,5 +261,45 @@ resources:
 	}
 	if err := s.checkingOut(); err != nil {
 		t.Fatalf("the agent still refuses work after the timeout: %v", err)
+	}
+}
+
+// TestInstallOutputLastLine: the install's output reaches the log and the
+// timeout's message a whole line at a time, redacted, even when a secret
+// arrives split across two writes or the command is killed mid-line.
+func TestInstallOutputLastLine(t *testing.T) {
+	const secret = "mirror-token-3f9a0c"
+	red := newRedactor()
+	red.add(secret)
+	var logged []string
+	log := funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{})
+	last := &lastLine{}
+	if got := last.String(); got != "(none)" {
+		t.Fatalf("no output: %q", got)
+	}
+	stdout, stderr := &logWriter{log: log, redact: red, last: last}, &logWriter{log: log, redact: red, last: last}
+	for _, w := range []struct {
+		to *logWriter
+		p  string
+	}{
+		{stdout, "Installing plugin hangpkg\n\n"},
+		{stderr, "GET https://plugins.example/" + secret[:7]},
+		{stderr, secret[7:] + "/hangpkg.tar.gz\n"},
+		{stdout, "  downloading hangpkg 1.2.3 from https://plugins.example/" + secret + "/ 12%"},
+	} {
+		if _, err := w.to.Write([]byte(w.p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := last.String(); got != "GET https://plugins.example/[secret]/hangpkg.tar.gz" {
+		t.Fatalf("last complete line = %q", got)
+	}
+	stdout.Flush() // the command was killed while printing its progress
+	stderr.Flush()
+	if got := last.String(); got != "downloading hangpkg 1.2.3 from https://plugins.example/[secret]/ 12%" {
+		t.Fatalf("last line after the kill = %q", got)
+	}
+	if all := strings.Join(logged, "\n"); strings.Contains(all, secret) || strings.Contains(all, secret[:7]) || len(logged) != 3 {
+		t.Fatalf("logged %d lines (want 3, redacted):\n%s", len(logged), all)
 	}
 }

@@ -225,11 +225,15 @@ func (s *Server) prepare(ctx context.Context, log logr.Logger, src Source, dir s
 		return program{}, installationFailed(fmt.Errorf("read Pulumi.yaml: %s", red.redact(err.Error())))
 	}
 	log.Info("Installing program dependencies", "project", proj.Name, "runtime", proj.Runtime.Name())
-	out := &logWriter{log: log, redact: red}
-	if err := ws.Install(ctx, &auto.InstallOptions{Stdout: out, Stderr: out}); err != nil {
+	last := &lastLine{}
+	stdout, stderr := &logWriter{log: log, redact: red, last: last}, &logWriter{log: log, redact: red, last: last}
+	err = ws.Install(ctx, &auto.InstallOptions{Stdout: stdout, Stderr: stderr})
+	stdout.Flush()
+	stderr.Flush()
+	if err != nil {
 		if timedOut(ctx) {
 			return program{}, installationFailed(fmt.Errorf("install dependencies (pulumi install): did not finish within %s (--prepare-timeout); its last output: %s",
-				s.prepareTimeout, out.lastLine()))
+				s.prepareTimeout, last))
 		}
 		return program{}, installationFailed(fmt.Errorf("install dependencies (pulumi install): %s", red.summarize(err)))
 	}
