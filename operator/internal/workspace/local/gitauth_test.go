@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,9 +28,13 @@ func TestCommandGitAuth(t *testing.T) {
 	}
 	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w"}, Spec: autov1alpha1.WorkspaceSpec{
 		Git: &autov1alpha1.GitSource{URL: "ssh://git@host/r.git", Ref: "main", Auth: &autov1alpha1.GitAuth{SSHPrivateKey: sel("key"), Password: sel("pw")}}}}
-	own, creds, _, secrets, err := r.command(context.Background(), ws, t.TempDir(), "tok")
+	r.PrepareTimeout = 40 * time.Minute
+	own, creds, args, secrets, err := r.command(context.Background(), ws, t.TempDir(), "tok")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Contains(args, "--prepare-timeout=40m0s") {
+		t.Errorf("the agent's arguments lack the operator's prepare timeout: %q", args)
 	}
 	for _, want := range []string{"GIT_SSH_PRIVATE_KEY=KEY-SECRET", "GIT_PASSWORD=PW-SECRET", "GIT_SSH_KNOWN_HOSTS=host ssh-ed25519 AAAA"} {
 		if !slices.Contains(creds, want) {
