@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
-	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
 
 // TestCommandGitAuth: the local runtime passes git credentials in the
@@ -76,7 +75,7 @@ func TestRotatedCredentialKeepsTheAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return specHash(pod.WithoutRevision(args), append(own, gitAuthRefs(ws))), creds
+		return agentHash(ws, own, args), creds
 	}
 	before, creds := hash()
 	if !slices.Contains(creds, "GIT_TOKEN=TOKEN-ONE") {

@@ -88,12 +88,7 @@ func (r *Runtime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, token 
 	if err != nil {
 		return workspace.Status{Failed: true, Message: err.Error()}, nil
 	}
-	// A new source revision alone keeps a live agent: it checks the
-	// revision out in place when the Workspace controller asks. So does a
-	// new value of a git credential: the controller sends the current ones
-	// with each Checkout, so only the references to them count, as in the
-	// pod runtime's template.
-	hash := specHash(pod.WithoutRevision(args), append(own, gitAuthRefs(ws)))
+	hash := agentHash(ws, own, args)
 	st, _ := readState(dir)
 	if st != nil && st.Hash == hash {
 		if agentAlive(st.PID) {
@@ -266,6 +261,16 @@ func specHash(args, env []string) string {
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// agentHash identifies the agent process the spec asks for, from its
+// arguments and own variables (command). A new source revision alone keeps a
+// live agent: it checks the revision out in place when the Workspace
+// controller asks. So does a new value of a git credential: the controller
+// sends the current ones with each Checkout, so only the references to them
+// count, as in the pod runtime's template.
+func agentHash(ws *autov1alpha1.Workspace, own, args []string) string {
+	return specHash(pod.WithoutRevision(args), slices.Concat(own, []string{gitAuthRefs(ws)}))
 }
 
 // gitAuthRefs identifies the Secret references of the workspace's git
