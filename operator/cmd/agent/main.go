@@ -70,6 +70,7 @@ func main() {
 	fs.StringVar(&termPath, "termination-message-path", defaultTerminationPath, "file receiving one line saying why the agent stopped (\"SourceUnavailable: …\", \"InstallationFailed: …\" or the error), read by the workspace runtime; the default, the kubelet's, is written only if it exists")
 	fs.DurationVar(&opts.RunRetention.Retention, "finished-run-retention", agent.DefaultFinishedRunRetention, "how long a finished run (its result and buffered events) stays available to GetOperation and WatchOperation after it ended; running runs are never evicted")
 	fs.IntVar(&opts.RunRetention.MaxFinished, "max-finished-runs", agent.DefaultMaxFinishedRuns, "the most finished runs kept; beyond it the runs that ended first are evicted first")
+	fs.DurationVar(&opts.PrepareTimeout, "prepare-timeout", agent.DefaultPrepareTimeout, "the longest a preparation of the program may take — the fetch and pulumi install, at start and for each in-place checkout; one still running then is stopped and fails (SourceUnavailable while fetching, InstallationFailed while installing, with the install's last output line, redacted)")
 	_ = fs.Parse(os.Args[2:])
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "termination-message-path" })
@@ -95,6 +96,9 @@ func main() {
 
 	if opts.RunRetention.Retention <= 0 || opts.RunRetention.MaxFinished <= 0 {
 		fail(log, term, fmt.Errorf("--finished-run-retention (%s) and --max-finished-runs (%d) must be positive", opts.RunRetention.Retention, opts.RunRetention.MaxFinished))
+	}
+	if opts.PrepareTimeout <= 0 {
+		fail(log, term, fmt.Errorf("--prepare-timeout=%s: give a positive duration, e.g. 15m", opts.PrepareTimeout))
 	}
 	authn, err := authenticator(auth, tokenEnv, audience, workspace)
 	if err != nil {

@@ -66,6 +66,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&c.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhook's secret; without it the webhook is off (a file that cannot be read is an error)")
 	fs.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
 	fs.DurationVar(&opts.SecretPollInterval, "secret-poll-interval", controller.DefaultSecretPoll, "how often an up-to-date Stack re-reads the Secrets it refers to: Secrets are read by name, never watched (least privilege), so a rotated Secret is deployed within this interval")
+	fs.DurationVar(&opts.WorkspacePrepareTimeout, "workspace-prepare-timeout", 0, "the longest a workspace agent may take to prepare a revision — the git fetch or artifact download and pulumi install, at start and for each in-place checkout — passed to agents as --prepare-timeout; one still running then fails (SourceUnavailable while fetching, InstallationFailed while installing, with the install's last output line, redacted), stalling the Workspace, which asks again after a minute (0: the agent's default, 15m)")
 	fs.StringVar(&c.sshKnownHostsFile, "ssh-known-hosts", "", "known_hosts file (OpenSSH format, e.g. from ssh-keyscan) verifying the host keys of SSH git servers for every Stack whose spec.gitAuth.sshAuth.knownHosts is unset, in branch resolution and in workspace clones (both runtimes); without it and without knownHosts, SSH sources fail: host keys are never accepted unverified")
 	fs.StringVar(&c.githubAPIHosts, "github-api-hosts", "", "comma-separated hosts (host or host:port; port 443 when none) that a Stack's spec.gitAuth.githubApp.apiURL may name, e.g. ghe.example.com: a Stack naming another host is Stalled (SpecInvalid) before any request is sent (default: any host; an apiURL must in any case be https, with an empty path or one ending in /api/v3, and no user info, query or fragment). An unset apiURL, GitHub.com's API, is always allowed")
 	fs.StringVar(&c.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
@@ -90,6 +91,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 // splits the lists, and reads the webhook secret. An optional feature left off
 // is logged in one line; a flag that names something missing is an error.
 func (c *config) resolve(log logr.Logger) error {
+	if c.opts.WorkspacePrepareTimeout < 0 {
+		return fmt.Errorf("--workspace-prepare-timeout=%s: give a positive duration, e.g. 30m, or 0 for the agent's default", c.opts.WorkspacePrepareTimeout)
+	}
 	if c.opts.SecretPollInterval <= 0 {
 		return fmt.Errorf("--secret-poll-interval=%s: give a positive duration, e.g. 1m", c.opts.SecretPollInterval)
 	}

@@ -120,6 +120,21 @@ func TestSecretPollInterval(t *testing.T) {
 	}
 }
 
+// TestWorkspacePrepareTimeout: 0 (the default) leaves the agents' own
+// default; a negative value is refused, naming the flag.
+func TestWorkspacePrepareTimeout(t *testing.T) {
+	c, _, err := resolveArgs(t)
+	if err != nil || c.opts.WorkspacePrepareTimeout != 0 {
+		t.Fatalf("default: %s, %v; want 0", c.opts.WorkspacePrepareTimeout, err)
+	}
+	if c, _, err = resolveArgs(t, "--workspace-prepare-timeout=40m"); err != nil || c.opts.WorkspacePrepareTimeout != 40*time.Minute {
+		t.Fatalf("40m: %s, %v", c.opts.WorkspacePrepareTimeout, err)
+	}
+	if _, _, err := resolveArgs(t, "--workspace-prepare-timeout=-1m"); err == nil || !strings.Contains(err.Error(), "--workspace-prepare-timeout") {
+		t.Fatalf("-1m: %v, want an error naming the flag", err)
+	}
+}
+
 // TestDefaultInstallArgs: the arguments the default install passes
 // (operator/config/default, which operator/test/install keeps equal to the
 // Helm chart's defaults) resolve without a webhook Secret, the webhook off.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
@@ -33,6 +34,12 @@ func (s *Server) Checkout(_ context.Context, req *agentv1.CheckoutRequest) (*age
 	src, err := s.checkoutSource(req)
 	if err != nil {
 		return nil, err
+	}
+	if req.GetGitCredentials() != nil {
+		// Redacted before anything can print them. The set replaces the
+		// previous request's (kept as the previous one), so rotating a
+		// credential again and again does not grow the redactor.
+		s.redact.replace(checkoutCredentialsScope, src.GitAuth.Secrets()...)
 	}
 	ref := sourceRef(src)
 	for {
@@ -75,8 +82,17 @@ func (s *Server) Checkout(_ context.Context, req *agentv1.CheckoutRequest) (*age
 }
 
 // checkoutSource is the agent's source at the requested revision: a git ref
-// for a git source, an artifact for an artifact source. The repository,
-// credentials and program directory stay those the agent started with.
+// (with the request's credentials, when it carries some) for a git source, an
+// artifact for an artifact source. The repository and program directory stay
+// those the agent started with.
+//
+// Credentials come with each request rather than from the agent's
+// environment, which holds the values of the Secrets when the agent started:
+// the operator reads the Workspace's Secrets just before it asks, so a
+// rotated token or key reaches the very next fetch, and the agent (its
+// stacks, runs and process) lives on. Restarting the agent (rolling the pod)
+// on a credential change would instead cut the updates running in it and
+// fetch and install the program again.
 func (s *Server) checkoutSource(req *agentv1.CheckoutRequest) (Source, error) {
 	src := s.source
 	artifact := req.GetArtifactUrl() != "" || req.GetArtifactDigest() != ""
@@ -86,8 +102,11 @@ func (s *Server) checkoutSource(req *agentv1.CheckoutRequest) (Source, error) {
 			return Source{}, status.Error(codes.InvalidArgument, "this workspace's source is a git repository: give git_ref (a commit SHA, branch or tag) only")
 		}
 		src.GitRef = req.GetGitRef()
+		if c := req.GetGitCredentials(); c != nil {
+			src.GitAuth = credentialsFromRequest(c)
+		}
 	case src.ArtifactURL != "":
-		if req.GetGitRef() != "" || req.GetArtifactUrl() == "" || !strings.HasPrefix(req.GetArtifactDigest(), "sha256:") {
+		if req.GetGitRef() != "" || req.GetArtifactUrl() == "" || !strings.HasPrefix(req.GetArtifactDigest(), "sha256:") || req.GetGitCredentials() != nil {
 			return Source{}, status.Error(codes.InvalidArgument, "this workspace's source is an artifact: give artifact_url and artifact_digest (sha256:<hex>) only")
 		}
 		src.ArtifactURL, src.ArtifactDigest = req.GetArtifactUrl(), req.GetArtifactDigest()
@@ -95,6 +114,20 @@ func (s *Server) checkoutSource(req *agentv1.CheckoutRequest) (Source, error) {
 		return Source{}, status.Error(codes.FailedPrecondition, "this workspace's program is a local directory or baked into its image: it has no revisions to check out")
 	}
 	return src, nil
+}
+
+// credentialsFromRequest decodes a Checkout's credentials (the operator's
+// agentclient.GitCredentials encodes them). They are used as given: like the
+// environment's (gitauth.FromEnv), they are checked when the fetch uses them,
+// and an unusable one fails it as SourceUnavailable, naming the field only.
+func credentialsFromRequest(c *agentv1.GitCredentials) gitauth.Credentials {
+	out := gitauth.Credentials{Token: c.GetToken(), Username: c.GetUsername(), Password: c.GetPassword(),
+		SSHPrivateKey: c.GetSshPrivateKey(), KnownHosts: c.GetKnownHosts()}
+	if app := c.GetGithubApp(); app != nil {
+		out.GitHubApp = &gitauth.GitHubApp{AppID: app.GetAppId(), InstallationID: app.GetInstallationId(),
+			PrivateKey: app.GetPrivateKey(), APIURL: app.GetApiUrl()}
+	}
+	return out
 }
 
 // idle is nil when no operation or SelectStack runs (the caller holds mu).

@@ -8,6 +8,6 @@
 // killed runs.
 //
 // It imports the generated agent API, the Pulumi Automation API, go-git,
-// gitauth (credentials from the environment) and Kubernetes client libraries (for TokenReview authentication); never the
+// gitauth (credentials from the environment, or sent with a Checkout) and Kubernetes client libraries (for TokenReview authentication); never the
 // operator's controllers.
 package agent

@@ -574,17 +574,68 @@ func (w *eventWriter) line(l string) {
 	w.run.emit(&agentv1.OperationEvent{Event: &agentv1.OperationEvent_Log{Log: l}})
 }
 
-// logWriter sends command output (pulumi install) to the agent log.
+// logWriter sends one output stream of a command (pulumi install) to the
+// agent log, a whole line at a time, so that a secret split across two writes
+// is still redacted, and records each line in last. Stdout and stderr each
+// need their own (exec copies them in two goroutines).
 type logWriter struct {
 	log    logr.Logger
 	redact *redactor
+	last   *lastLine
+	buf    bytes.Buffer
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
-	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		if strings.TrimSpace(l) != "" {
-			w.log.Info(w.redact.redact(l))
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.Reset()
+			w.buf.WriteString(line)
+			return len(p), nil
 		}
+		w.line(line)
 	}
-	return len(p), nil
+}
+
+// Flush logs a trailing partial line: what a command killed at its
+// deadline was printing.
+func (w *logWriter) Flush() {
+	if w.buf.Len() > 0 {
+		w.line(w.buf.String())
+		w.buf.Reset()
+	}
+}
+
+func (w *logWriter) line(l string) {
+	l = strings.TrimSpace(l)
+	if l == "" {
+		return
+	}
+	l = w.redact.redact(l)
+	w.log.Info(l)
+	w.last.set(l)
+}
+
+// lastLine is the last non-empty line, redacted, of a command's output
+// streams, for a message saying where it stopped.
+type lastLine struct {
+	mu   sync.Mutex
+	line string
+}
+
+func (l *lastLine) set(s string) {
+	l.mu.Lock()
+	l.line = s
+	l.mu.Unlock()
+}
+
+// String is the line, capped, or "(none)".
+func (l *lastLine) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.line == "" {
+		return "(none)"
+	}
+	return truncateMessage(l.line)
 }

@@ -12,12 +12,14 @@ import (
 // reports or logs: the engine masks secrets it knows, but a provider's error
 // message may echo an input verbatim.
 //
-// Its size is bounded: permanent values (credentials, secret environment) are
-// added once; the values of a scope (a stack's secret configuration, its secret
-// outputs) are replaced by each new set for that scope, and only the current
-// and the previous set of each scope are kept — the previous one because a run
-// that started before the replacement may still print it. Values are deduped,
-// so repeating the same SelectStack never grows it.
+// Its size is bounded: permanent values (the credentials and secret
+// environment the agent started with, which stay in its environment) are
+// added once; the values of a scope (a stack's secret configuration, its
+// secret outputs, the credentials of the last Checkout, the last GitHub App
+// installation token) are replaced by each new set for that scope, and only
+// the current and the previous set of each scope are kept — the previous one
+// because a run that started before the replacement may still print it.
+// Values are deduped, so repeating the same SelectStack never grows it.
 type redactor struct {
 	mu        sync.RWMutex
 	permanent map[string]struct{}
@@ -225,3 +227,12 @@ func jsonText(v any) string {
 // Redaction scopes.
 func configScope(stack string) string  { return "config/" + stack }
 func outputsScope(stack string) string { return "outputs/" + stack }
+
+const (
+	// checkoutCredentialsScope: the git credentials of the last Checkout
+	// that carried some.
+	checkoutCredentialsScope = "checkout-credentials"
+	// appTokenScope: the GitHub App installation token of the last fetch
+	// that used one (a new one about every hour).
+	appTokenScope = "github-app-token"
+)

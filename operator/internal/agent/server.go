@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
@@ -51,7 +50,18 @@ type Options struct {
 	// RunRetention bounds the finished runs kept for GetOperation and
 	// WatchOperation; zero fields take the defaults.
 	RunRetention RunRetention
+	// PrepareTimeout bounds each preparation of the program — fetching it
+	// and `pulumi install`, at start and for each Checkout; zero means
+	// DefaultPrepareTimeout.
+	PrepareTimeout time.Duration
 }
+
+// DefaultPrepareTimeout bounds a preparation of the program (the fetch and
+// `pulumi install`) unless Options.PrepareTimeout (--prepare-timeout) says
+// otherwise. A hung fetch or package install would otherwise keep an
+// in-place checkout running, and the workspace refusing every operation, for
+// ever; long enough for a large npm or pip install on a slow node.
+const DefaultPrepareTimeout = 15 * time.Minute
 
 // Server implements the agent API over one fetched program.
 type Server struct {
@@ -106,6 +116,8 @@ type Server struct {
 	checkouts int64
 	// checkoutDirs numbers the checkout directories (source.<n>).
 	checkoutDirs int
+	// prepareTimeout bounds each prepare.
+	prepareTimeout time.Duration
 }
 
 // New fetches the program, installs its dependencies and returns a server.
@@ -138,6 +150,9 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	s := newServer(log, red, opts.RunRetention)
 	s.cmd, s.env, s.source, s.workDir = cmd, env, opts.Source, opts.WorkDir
 	s.version, s.hostname, s.logLevel = cmd.Version().String(), hostname, opts.LogLevel
+	if opts.PrepareTimeout > 0 {
+		s.prepareTimeout = opts.PrepareTimeout
+	}
 	prog, err := s.prepare(ctx, log, opts.Source, filepath.Join(opts.WorkDir, "source"))
 	if err != nil {
 		return nil, err
@@ -171,7 +186,9 @@ func sourceRef(src Source) string {
 }
 
 // prepare fetches src into dir (created afresh), opens the Pulumi project
-// there and installs its dependencies.
+// there and installs its dependencies, within s.prepareTimeout: a fetch or an
+// install still running then is stopped, and fails classified (it stalls the
+// Workspace, which asks again after a minute) with what it last printed.
 func (s *Server) prepare(ctx context.Context, log logr.Logger, src Source, dir string) (program, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return program{}, fmt.Errorf("clear source directory: %w", err)
@@ -179,12 +196,22 @@ func (s *Server) prepare(ctx context.Context, log logr.Logger, src Source, dir s
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return program{}, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.prepareTimeout)
+	defer cancel()
 	log.Info("Fetching program source", "ref", sourceRef(src))
 	fetched, err := Fetch(ctx, src, dir)
+	if len(fetched.Tokens) > 0 {
+		// The installation token the fetch was given replaces the one
+		// before it (kept as the previous set): an agent checking out
+		// revisions for weeks keeps two tokens, not one per hour.
+		s.redact.replace(appTokenScope, fetched.Tokens...)
+	}
 	if err != nil {
+		if timedOut(ctx) {
+			err = sourceUnavailable(fmt.Errorf("the fetch did not finish within %s (--prepare-timeout): %w", s.prepareTimeout, err))
+		}
 		return program{}, fmt.Errorf("fetch program: %w", err)
 	}
-	s.redact.add(gitauth.DefaultAppTokens.Issued()...) // the clone's installation token
 	log.Info("Fetched program source", "revision", fetched.Revision, "dir", fetched.ProgramDir)
 
 	red := s.redact
@@ -198,18 +225,32 @@ func (s *Server) prepare(ctx context.Context, log logr.Logger, src Source, dir s
 		return program{}, installationFailed(fmt.Errorf("read Pulumi.yaml: %s", red.redact(err.Error())))
 	}
 	log.Info("Installing program dependencies", "project", proj.Name, "runtime", proj.Runtime.Name())
-	out := &logWriter{log: log, redact: red}
-	if err := ws.Install(ctx, &auto.InstallOptions{Stdout: out, Stderr: out}); err != nil {
+	last := &lastLine{}
+	stdout, stderr := &logWriter{log: log, redact: red, last: last}, &logWriter{log: log, redact: red, last: last}
+	err = ws.Install(ctx, &auto.InstallOptions{Stdout: stdout, Stderr: stderr})
+	stdout.Flush()
+	stderr.Flush()
+	if err != nil {
+		if timedOut(ctx) {
+			return program{}, installationFailed(fmt.Errorf("install dependencies (pulumi install): did not finish within %s (--prepare-timeout); its last output: %s",
+				s.prepareTimeout, last))
+		}
 		return program{}, installationFailed(fmt.Errorf("install dependencies (pulumi install): %s", red.summarize(err)))
 	}
 	return program{ws: ws, wsOpts: wsOpts, revision: fetched.Revision, sourceRef: sourceRef(src), project: *proj, dir: dir}, nil
+}
+
+// timedOut: ctx ended at its deadline (the preparation's, or its caller's),
+// not by a cancellation.
+func timedOut(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.DeadlineExceeded)
 }
 
 // newServer returns a server with empty registries and no workspace.
 func newServer(log logr.Logger, red *redactor, retention RunRetention) *Server {
 	s := &Server{
 		log: log, instance: newInstanceID(), redact: red, alive: livePulumiProcess,
-		now: time.Now, retention: retention.withDefaults(),
+		now: time.Now, retention: retention.withDefaults(), prepareTimeout: DefaultPrepareTimeout,
 		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{}, stacks: map[string]auto.Stack{},
 		selected: map[string]string{},
 	}

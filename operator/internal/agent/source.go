@@ -20,6 +20,7 @@ import (
 	gitconfig "github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
@@ -86,6 +87,10 @@ type Fetched struct {
 	ProgramDir string
 	// Revision is the commit SHA, or the artifact digest, or "local".
 	Revision string
+	// Tokens are the secrets the fetch obtained rather than was given (a
+	// GitHub App installation token), for redaction; set even when the
+	// fetch fails after obtaining them.
+	Tokens []string
 }
 
 // Fetch puts the program under root (a fresh directory) and returns where it is.
@@ -132,15 +137,20 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 		}
 		return Fetched{}, err // GitHub unreachable, failing or throttling: may pass
 	}
+	// out carries, from here on, the installation token GitHub issued.
+	var out Fetched
+	if basic, ok := auth.(*githttp.BasicAuth); ok && src.GitAuth.GitHubApp != nil {
+		out.Tokens = []string{basic.Password}
+	}
 	if src.GitRef == "" {
-		return Fetched{}, sourceUnavailable(fmt.Errorf("git source %s: no ref (commit or branch) given", redactURL(src.GitURL)))
+		return out, sourceUnavailable(fmt.Errorf("git source %s: no ref (commit or branch) given", redactURL(src.GitURL)))
 	}
 	repo, err := git.PlainInitWithOptions(root, &git.PlainInitOptions{Bare: false})
 	if err != nil {
-		return Fetched{}, fmt.Errorf("init checkout: %w", err)
+		return out, fmt.Errorf("init checkout: %w", err)
 	}
 	if _, err := repo.CreateRemote(&gitconfig.RemoteConfig{Name: "origin", URLs: []string{src.GitURL}}); err != nil {
-		return Fetched{}, fmt.Errorf("add remote: %w", err)
+		return out, fmt.Errorf("add remote: %w", err)
 	}
 	fetch := &git.FetchOptions{RemoteName: "origin", Auth: auth, Tags: git.NoTags}
 	if src.GitShallow {
@@ -153,8 +163,7 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 	} else {
 		fetch.RefSpecs = []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":refs/remotes/origin/" + branch)}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
+	// ctx bounds the fetch: the agent's preparation deadline (--prepare-timeout).
 	err = repo.FetchContext(ctx, fetch)
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && isSHA && !isAuthError(err) {
 		// Not every server (or transport) serves a commit by SHA; fetch the
@@ -165,24 +174,24 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		if !isSHA && errors.Is(err, git.NoMatchingRefSpecError{}) {
-			return Fetched{}, sourceUnavailable(fmt.Errorf("branch %q not found in %s", branch, redactURL(src.GitURL)))
+			return out, sourceUnavailable(fmt.Errorf("branch %q not found in %s", branch, redactURL(src.GitURL)))
 		}
 		err = fmt.Errorf("fetch %s at %s: %w", redactURL(src.GitURL), src.GitRef, err)
 		if isSourceRefused(err) {
-			return Fetched{}, sourceUnavailable(err)
+			return out, sourceUnavailable(err)
 		}
-		return Fetched{}, err
+		return out, err
 	}
 	var hash plumbing.Hash
 	if isSHA {
 		hash = plumbing.NewHash(src.GitRef)
 		if _, err := repo.CommitObject(hash); err != nil {
-			return Fetched{}, sourceUnavailable(fmt.Errorf("commit %s not found in %s: %w", src.GitRef, redactURL(src.GitURL), err))
+			return out, sourceUnavailable(fmt.Errorf("commit %s not found in %s: %w", src.GitRef, redactURL(src.GitURL), err))
 		}
 	} else {
 		ref, err := repo.Reference(plumbing.NewRemoteReferenceName("origin", branch), true)
 		if err != nil {
-			return Fetched{}, sourceUnavailable(fmt.Errorf("branch %q not found in %s: %w", branch, redactURL(src.GitURL), err))
+			return out, sourceUnavailable(fmt.Errorf("branch %q not found in %s: %w", branch, redactURL(src.GitURL), err))
 		}
 		hash = ref.Hash()
 	}
@@ -193,23 +202,24 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 		local = plumbing.NewBranchReferenceName(branch)
 	}
 	if err := repo.Storer.SetReference(plumbing.NewHashReference(local, hash)); err != nil {
-		return Fetched{}, err
+		return out, err
 	}
 	wt, err := repo.Worktree()
 	if err != nil {
-		return Fetched{}, err
+		return out, err
 	}
 	if err := wt.Checkout(&git.CheckoutOptions{Branch: local, Force: true}); err != nil {
-		return Fetched{}, fmt.Errorf("check out %s: %w", hash, err)
+		return out, fmt.Errorf("check out %s: %w", hash, err)
 	}
 	dir, err := subdir(root, src.Dir)
 	if err != nil {
-		return Fetched{}, sourceUnavailable(err)
+		return out, sourceUnavailable(err)
 	}
 	if err := requireProject(dir); err != nil {
-		return Fetched{}, sourceUnavailable(fmt.Errorf("%s at %s: %w", redactURL(src.GitURL), hash, err))
+		return out, sourceUnavailable(fmt.Errorf("%s at %s: %w", redactURL(src.GitURL), hash, err))
 	}
-	return Fetched{ProgramDir: dir, Revision: hash.String()}, nil
+	out.ProgramDir, out.Revision = dir, hash.String()
+	return out, nil
 }
 
 // isSourceRefused: the remote answered that the repository does not exist or

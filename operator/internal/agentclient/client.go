@@ -2,7 +2,8 @@
 // gRPC connection per workspace address and token, authenticated with the
 // workspace's bearer token.
 //
-// It imports the generated agent API and gRPC only.
+// It imports the generated agent API, gRPC and gitauth (to encode git
+// credentials for a Checkout) only.
 package agentclient
 
 import (

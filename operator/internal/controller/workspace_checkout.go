@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,6 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
@@ -120,6 +125,15 @@ func (r *WorkspaceReconciler) reconcileCheckout(ctx context.Context, ws *autov1a
 		}
 		return false, ctrl.Result{RequeueAfter: d.After}, nil
 	}
+	if ws.Spec.Git != nil {
+		// The Secrets' values now, not those the agent started with: a
+		// rotated token or key is used by this very fetch.
+		creds, err := workspace.GitCredentials(ctx, r.Client, ws, r.SSHKnownHosts)
+		if err != nil {
+			return credentialsUnreadable(ws, err)
+		}
+		d.Request.GitCredentials = agentclient.GitCredentials(creds)
+	}
 	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := agent.Checkout(callCtx, d.Request)
@@ -144,4 +158,23 @@ func (r *WorkspaceReconciler) reconcileCheckout(ctx context.Context, ws *autov1a
 	setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing,
 		fmt.Sprintf("the agent is checking out %s in place (it holds %s)", st.GetSourceRef(), shortRev(info.GetRevision())))
 	return false, ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+}
+
+// credentialsUnreadable reports git credentials that cannot be read for a
+// checkout: a missing Secret or key, or a reference that cannot be used,
+// stalls the Workspace until someone fixes it (looked at again after a
+// minute: Secrets are not watched); anything else (the API server) is
+// returned for a retry with backoff. The message names the Secret and key,
+// never a value.
+func credentialsUnreadable(ws *autov1alpha1.Workspace, err error) (bool, ctrl.Result, error) {
+	var missingKey *workspace.MissingKeyError
+	var unusable *gitauth.CredentialsError
+	if !apierrors.IsNotFound(err) && !errors.As(err, &missingKey) && !errors.As(err, &unusable) {
+		return false, ctrl.Result{}, fmt.Errorf("read the git credentials for a checkout: %w", err)
+	}
+	msg := "cannot check out the new revision: " + err.Error()
+	conds := &ws.Status.Conditions
+	setCondition(conds, ws.Generation, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonSourceUnavailable, msg)
+	setCondition(conds, ws.Generation, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonSourceUnavailable, msg)
+	return false, ctrl.Result{RequeueAfter: checkoutRetryClassified}, nil
 }

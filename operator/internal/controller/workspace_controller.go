@@ -66,6 +66,10 @@ type WorkspaceReconciler struct {
 
 	// Now is the clock deciding checkout retries; nil means time.Now.
 	Now func() time.Time
+	// SSHKnownHosts holds the operator's known_hosts lines
+	// (--ssh-known-hosts), sent with the credentials of a checkout that
+	// uses an SSH key and names no knownHosts of its own.
+	SSHKnownHosts string
 }
 
 // appliedConfig is a stack configuration (hash) applied to an agent

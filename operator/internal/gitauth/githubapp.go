@@ -186,18 +186,6 @@ func (a *AppTokens) now() time.Time {
 	return time.Now()
 }
 
-// Issued are the installation tokens held, for redaction: a process that
-// cloned with an App masks them in what it reports.
-func (a *AppTokens) Issued() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]string, 0, len(a.cache))
-	for _, t := range a.cache {
-		out = append(out, t.token)
-	}
-	return out
-}
-
 // Token returns an installation token for app, from the cache or a new
 // exchange. Concurrent first calls may both exchange (harmless: GitHub
 // issues several tokens); the lock is not held across the request.

@@ -83,8 +83,8 @@ func TestAppTokensCacheAndRefresh(t *testing.T) {
 	if second == first || gh.Calls() != 2 || !gh.Valid(second) {
 		t.Fatalf("near expiry: new token %v, %d exchanges (want a refresh, 2)", second != first, gh.Calls())
 	}
-	if issued := tokens.Issued(); len(issued) != 1 || issued[0] != second {
-		t.Fatal("Issued does not hold the current token alone (the expired one is dropped)")
+	if len(tokens.cache) != 1 || tokens.cache[Credentials{GitHubApp: &app}.Fingerprint()].token != second {
+		t.Fatal("the cache does not hold the current token alone (the expired one is dropped)")
 	}
 	// Another installation of the same App is another cache entry.
 	other := app

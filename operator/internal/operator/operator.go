@@ -128,6 +128,10 @@ type Options struct {
 	// of its own: in branch resolution and, passed to the agents of both
 	// runtimes, in clones.
 	SSHKnownHosts string
+	// WorkspacePrepareTimeout, when positive, is every agent's
+	// --prepare-timeout (the fetch and `pulumi install` of a revision);
+	// zero leaves the agent's default (15 min) and its command line as it is.
+	WorkspacePrepareTimeout time.Duration
 	// GitHubAPIHosts, when set (--github-api-hosts), are the only hosts a
 	// Stack's gitAuth.githubApp.apiURL may name; a Stack naming another is
 	// Stalled before any request is made.
@@ -184,6 +188,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		}
 		podOpts := opts.Pod
 		podOpts.SSHKnownHosts = opts.SSHKnownHosts
+		podOpts.PrepareTimeout = opts.WorkspacePrepareTimeout
 		rt = &workspace.PodRuntime{Client: c, Scheme: mgr.GetScheme(), Options: podOpts, Health: opts.PodHealth, Now: opts.PodClock,
 			PodSecurity: psa, Reader: mgr.GetAPIReader()}
 	case RuntimeLocal:
@@ -191,7 +196,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 			return nil, fmt.Errorf("the local runtime needs an agent binary and a root directory")
 		}
 		rt = &local.Runtime{Root: opts.LocalRoot, AgentBinary: opts.AgentBinary, PulumiRoot: opts.PulumiRoot,
-			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff, SSHKnownHosts: opts.SSHKnownHosts}
+			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff, SSHKnownHosts: opts.SSHKnownHosts,
+			PrepareTimeout: opts.WorkspacePrepareTimeout}
 	default:
 		return nil, fmt.Errorf("unknown workspace runtime %q: use pod or local", opts.Runtime)
 	}
@@ -202,6 +208,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	if err := (&controller.WorkspaceReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("workspace-controller"),
 		Runtime: rt, Agents: pool, Workers: opts.WorkspaceWorkers, WatchPods: opts.Runtime != RuntimeLocal,
+		SSHKnownHosts: opts.SSHKnownHosts,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workspace controller: %w", err)
 	}

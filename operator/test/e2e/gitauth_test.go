@@ -2,15 +2,19 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
@@ -150,4 +154,87 @@ func TestStackGitAuthGitHubApp(t *testing.T) {
 	if gh.Calls() < 2 {
 		t.Fatalf("%d token exchanges, want the failed one and at least one more", gh.Calls())
 	}
+}
+
+// TestStackGitTokenRotation: a Stack on a git server (smart HTTP, basic
+// auth) that accepts one personal access token at a time. Once it deployed,
+// the token is rotated on the server — the old one is refused from then on —
+// and in the Stack's Secret; the next commit deploys without anyone touching
+// the workspace: the same agent process checks it out in place, fetching
+// with the new token the operator sent with the Checkout. Neither token
+// appears in a status or in the agent's log.
+func TestStackGitTokenRotation(t *testing.T) {
+	const oldToken, newToken = "pat-old-5c0e91d7a3", "pat-new-84b2f6e0c1"
+	var mu sync.Mutex
+	valid := oldToken
+	repo, srv := gitrepo.NewServedHTTP(t, "infra.git", func(_, password string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return password == valid
+	})
+	url := repo.HTTPURL(srv)
+	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
+
+	e := newEnv(t)
+	e.opts.StackResyncOverride = time.Second
+	e.opts.SecretPollInterval = time.Second
+	startOperator(t, e.opts)
+	sec := createSecret(t, e.ns, "git-pat", map[string]string{"token": oldToken})
+	pat := secretRef("git-pat", "token")
+	s := newStack(e.ns, "rotating", pulumiv1.StackSpec{Stack: "rotating", GitSource: &pulumiv1.GitSource{ProjectRepo: url, Branch: "main",
+		GitAuth: &pulumiv1.GitAuthConfig{PersonalAccessToken: &pat}}, Config: cfg("recordName", "rotating", "content", "one")})
+	if err := cp.Client.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, s, 3*time.Minute, "ready at the first commit", readyAt(sha1))
+	pid := agentPID(t, e, "rotating")
+
+	mu.Lock()
+	valid = newToken
+	mu.Unlock()
+	if code := gitRefsStatus(t, url, oldToken); code != http.StatusUnauthorized {
+		t.Fatalf("the git server answers %d to the old token, want 401", code)
+	}
+	mutate(t, sec, func() { sec.Data["token"] = []byte(newToken) })
+	sha2 := repo.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(stackProgram, "content: ${content}", "content: rotated-${content}", 1)})
+	waitStack(t, s, 3*time.Minute, "ready at the commit pushed after the rotation", readyAt(sha2))
+	if got, _ := e.pe.Record(t, "rotating"); got != "rotated-one" {
+		t.Fatalf("record = %q, want the second commit's", got)
+	}
+	if got := agentPID(t, e, "rotating"); got != pid {
+		t.Fatalf("the agent was replaced (pid %d, was %d): the new token should reach the running agent", got, pid)
+	}
+
+	noSecretInStatus(t, s, oldToken, newToken)
+	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "rotating"}}
+	if err := get(t, ws); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := json.Marshal(ws.Status)
+	log, err := os.ReadFile(filepath.Join(e.opts.LocalRoot, e.ns, "rotating", "agent.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{oldToken, newToken} {
+		if strings.Contains(string(st), tok) || strings.Contains(string(log), tok) {
+			t.Fatalf("a token appears in the Workspace's status or the agent's log")
+		}
+	}
+}
+
+// gitRefsStatus is the git server's answer to a clone's first request made
+// with token.
+func gitRefsStatus(t *testing.T, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url+"/info/refs?service=git-upload-pack", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth("git", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

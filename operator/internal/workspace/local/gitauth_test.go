@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,13 +27,22 @@ func TestCommandGitAuth(t *testing.T) {
 	}
 	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w"}, Spec: autov1alpha1.WorkspaceSpec{
 		Git: &autov1alpha1.GitSource{URL: "ssh://git@host/r.git", Ref: "main", Auth: &autov1alpha1.GitAuth{SSHPrivateKey: sel("key"), Password: sel("pw")}}}}
-	own, _, secrets, err := r.command(context.Background(), ws, t.TempDir(), "tok")
+	r.PrepareTimeout = 40 * time.Minute
+	own, creds, args, secrets, err := r.command(context.Background(), ws, t.TempDir(), "tok")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !slices.Contains(args, "--prepare-timeout=40m0s") {
+		t.Errorf("the agent's arguments lack the operator's prepare timeout: %q", args)
+	}
 	for _, want := range []string{"GIT_SSH_PRIVATE_KEY=KEY-SECRET", "GIT_PASSWORD=PW-SECRET", "GIT_SSH_KNOWN_HOSTS=host ssh-ed25519 AAAA"} {
-		if !slices.Contains(own, want) {
-			t.Errorf("environment lacks %s: %q", want, own)
+		if !slices.Contains(creds, want) {
+			t.Errorf("environment lacks %s: %q", want, creds)
+		}
+	}
+	for _, v := range own {
+		if strings.Contains(v, "SECRET") {
+			t.Errorf("a credential is among the hashed variables: %s", v)
 		}
 	}
 	for _, s := range []string{"KEY-SECRET", "PW-SECRET"} {
@@ -42,8 +52,52 @@ func TestCommandGitAuth(t *testing.T) {
 	}
 
 	ws.Spec.Git.Auth = &autov1alpha1.GitAuth{GitHubApp: &autov1alpha1.GitHubAppAuth{AppID: sel("missing"), InstallationID: sel("pw"), PrivateKey: sel("app-key")}}
-	_, _, _, err = r.command(context.Background(), ws, t.TempDir(), "tok")
+	_, _, _, _, err = r.command(context.Background(), ws, t.TempDir(), "tok")
 	if err == nil || !strings.Contains(err.Error(), "githubApp.appID") || !strings.Contains(err.Error(), "has no key missing") {
 		t.Fatalf("missing key: %v", err)
+	}
+}
+
+// TestRotatedCredentialKeepsTheAgent: a new value in a git credential's
+// Secret does not make the running agent out of date (the Workspace
+// controller sends the current credentials with each Checkout); another
+// reference does, as it changes the pod runtime's template.
+func TestRotatedCredentialKeepsTheAgent(t *testing.T) {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "git"}, Data: map[string][]byte{"token": []byte("TOKEN-ONE")}}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(sec).Build()
+	r := &Runtime{Client: c}
+	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w"}, Spec: autov1alpha1.WorkspaceSpec{
+		Git: &autov1alpha1.GitSource{URL: "https://host/r.git", Ref: "main", Auth: &autov1alpha1.GitAuth{
+			Token: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "git"}, Key: "token"}}}}}
+	hash := func() (string, []string) {
+		t.Helper()
+		own, creds, args, _, err := r.command(context.Background(), ws, "/w", "tok")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return agentHash(ws, own, args), creds
+	}
+	before, creds := hash()
+	if !slices.Contains(creds, "GIT_TOKEN=TOKEN-ONE") {
+		t.Fatalf("credentials at start = %q", creds)
+	}
+	sec.Data["token"] = []byte("TOKEN-TWO")
+	if err := c.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	after, creds := hash()
+	if after != before {
+		t.Fatal("a rotated credential value replaces the agent")
+	}
+	if !slices.Contains(creds, "GIT_TOKEN=TOKEN-TWO") {
+		t.Fatalf("a restarted agent would start with %q, not the current token", creds)
+	}
+	ws.Spec.Git.Auth.Token.Key = "other"
+	sec.Data["other"] = []byte("TOKEN-THREE")
+	if err := c.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	if moved, _ := hash(); moved == before {
+		t.Fatal("another credential reference keeps the agent")
 	}
 }

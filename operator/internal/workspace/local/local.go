@@ -18,10 +18,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
-	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
@@ -59,6 +58,9 @@ type Runtime struct {
 	// (--ssh-known-hosts), given to agents that clone with an SSH key and
 	// no knownHosts of their own.
 	SSHKnownHosts string
+	// PrepareTimeout, when positive, is the agents' --prepare-timeout
+	// (else the agent's default).
+	PrepareTimeout time.Duration
 
 	mu sync.Mutex
 }
@@ -82,13 +84,11 @@ func (r *Runtime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, token 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	dir := r.dir(ws)
-	own, args, secrets, err := r.command(ctx, ws, dir, token)
+	own, creds, args, secrets, err := r.command(ctx, ws, dir, token)
 	if err != nil {
 		return workspace.Status{Failed: true, Message: err.Error()}, nil
 	}
-	// A new source revision alone keeps a live agent: it checks the
-	// revision out in place when the Workspace controller asks.
-	hash := specHash(pod.WithoutRevision(args), own)
+	hash := agentHash(ws, own, args)
 	st, _ := readState(dir)
 	if st != nil && st.Hash == hash {
 		if agentAlive(st.PID) {
@@ -115,7 +115,7 @@ func (r *Runtime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, token 
 	if st != nil {
 		stop(st.PID)
 	}
-	if err := r.start(dir, append(os.Environ(), own...), args, hash); err != nil {
+	if err := r.start(dir, slices.Concat(os.Environ(), own, creds), args, hash); err != nil {
 		return workspace.Status{}, err
 	}
 	return workspace.Status{Message: "agent started; fetching the program"}, nil
@@ -263,18 +263,43 @@ func specHash(args, env []string) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// command builds the agent's arguments and environment from the spec. Only the
-// spec's source, env and log level matter: spec.stacks is applied through the
-// agent API and never restarts it.
+// agentHash identifies the agent process the spec asks for, from its
+// arguments and own variables (command). A new source revision alone keeps a
+// live agent: it checks the revision out in place when the Workspace
+// controller asks. So does a new value of a git credential: the controller
+// sends the current ones with each Checkout, so only the references to them
+// count, as in the pod runtime's template.
+func agentHash(ws *autov1alpha1.Workspace, own, args []string) string {
+	return specHash(pod.WithoutRevision(args), slices.Concat(own, []string{gitAuthRefs(ws)}))
+}
+
+// gitAuthRefs identifies the Secret references of the workspace's git
+// credentials (not their values).
+func gitAuthRefs(ws *autov1alpha1.Workspace) string {
+	if ws.Spec.Git == nil || ws.Spec.Git.Auth == nil {
+		return "git-auth="
+	}
+	b, _ := json.Marshal(ws.Spec.Git.Auth)
+	return "git-auth=" + string(b)
+}
+
+// command builds the agent's arguments and environment from the spec: own
+// holds the variables this runtime sets but the git credentials, which are
+// in creds (the values of their Secrets now, for the agent's first fetch).
+// Only the spec's source, env and log level matter: spec.stacks is applied
+// through the agent API and never restarts it.
 // The secret values it returns (the token, credentials, values read from
 // Secrets) are masked in the statuses it reports.
-func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, token string) (own, args, secrets []string, err error) {
+func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, token string) (own, creds, args, secrets []string, err error) {
 	args = []string{"serve", "--workdir=" + filepath.Join(dir, "work"), "--listen=127.0.0.1:0",
 		"--address-file=" + filepath.Join(dir, "address"), "--auth=token",
 		"--termination-message-path=" + filepath.Join(dir, terminationFile)}
 	secrets = []string{token}
 	if r.PulumiRoot != "" {
 		args = append(args, "--pulumi-root="+r.PulumiRoot)
+	}
+	if r.PrepareTimeout > 0 {
+		args = append(args, "--prepare-timeout="+r.PrepareTimeout.String())
 	}
 	extra := map[string]string{"STACKFLOW_AGENT_TOKEN": token}
 	spec := ws.Spec
@@ -287,14 +312,15 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 		if spec.Git.Shallow {
 			args = append(args, "--git-shallow")
 		}
-		creds, err := gitauth.Read(spec.Git.Auth, r.SSHKnownHosts, func(sel *corev1.SecretKeySelector) (string, error) {
-			return r.secretKey(ctx, ws.Namespace, sel)
-		})
+		c, err := workspace.GitCredentials(ctx, r.Client, ws, r.SSHKnownHosts)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
-		maps.Copy(extra, creds.Env())
-		secrets = append(secrets, creds.Secrets()...)
+		for k, v := range c.Env() {
+			creds = append(creds, k+"="+v)
+		}
+		sort.Strings(creds)
+		secrets = append(secrets, c.Secrets()...)
 	case spec.Flux != nil:
 		args = append(args, "--artifact-url="+spec.Flux.Url, "--artifact-digest="+spec.Flux.Digest)
 		if spec.Flux.Dir != "" {
@@ -303,7 +329,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	case spec.Local != nil:
 		args = append(args, "--local-dir="+spec.Local.Dir)
 	default:
-		return nil, nil, nil, errors.New("no program source: set spec.git, spec.flux or spec.local")
+		return nil, nil, nil, nil, errors.New("no program source: set spec.git, spec.flux or spec.local")
 	}
 	if spec.PulumiLogVerbosity > 0 {
 		args = append(args, fmt.Sprintf("--pulumi-log-level=%d", spec.PulumiLogVerbosity))
@@ -312,7 +338,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	for _, from := range spec.EnvFrom {
 		data, err := r.envFrom(ctx, ws.Namespace, from)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		for k, v := range data {
 			extra[from.Prefix+k] = v
@@ -325,7 +351,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	for _, e := range spec.Env {
 		v, err := r.envValue(ctx, ws.Namespace, e)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		extra[e.Name] = v
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
@@ -350,7 +376,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 		own = append(own, k+"="+v)
 	}
 	sort.Strings(own)
-	return own, args, secrets, nil
+	return own, creds, args, secrets, nil
 }
 
 // The local runtime reads the Secrets and ConfigMaps of the workspace's env
@@ -358,25 +384,13 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
-func (r *Runtime) secretKey(ctx context.Context, ns string, sel *corev1.SecretKeySelector) (string, error) {
-	var s corev1.Secret
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: sel.Name}, &s); err != nil {
-		return "", fmt.Errorf("secret %s: %w", sel.Name, err)
-	}
-	v, ok := s.Data[sel.Key]
-	if !ok {
-		return "", fmt.Errorf("secret %s has no key %s", sel.Name, sel.Key)
-	}
-	return string(v), nil
-}
-
 func (r *Runtime) envValue(ctx context.Context, ns string, e corev1.EnvVar) (string, error) {
 	if e.ValueFrom == nil {
 		return e.Value, nil
 	}
 	switch {
 	case e.ValueFrom.SecretKeyRef != nil:
-		v, err := r.secretKey(ctx, ns, e.ValueFrom.SecretKeyRef)
+		v, err := workspace.SecretKey(ctx, r.Client, ns, e.ValueFrom.SecretKeyRef)
 		if err != nil {
 			return "", fmt.Errorf("env %s: %w", e.Name, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -232,6 +233,20 @@ func TestBuildWorkspaceContainer(t *testing.T) {
 			"--git-ref=0123456789abcdef0123456789abcdef01234567",
 			"--dir=stacks/app",
 			"--git-shallow",
+		}),
+		env: concat(baseEnv, []corev1.EnvVar{fromSecret("GIT_TOKEN", "git-creds", "token")}),
+	}, {
+		// The operator's --workspace-prepare-timeout; 0 (above) leaves the
+		// flag out, so existing pod templates keep their hash.
+		name: "git source with a prepare timeout",
+		ws:   workspace(withGit),
+		opts: func(o *Options) { o.PrepareTimeout = 40 * time.Minute },
+		args: concat(baseArgs, []string{
+			"--git-url=https://github.com/example/infra.git",
+			"--git-ref=0123456789abcdef0123456789abcdef01234567",
+			"--dir=stacks/app",
+			"--git-shallow",
+			"--prepare-timeout=40m0s",
 		}),
 		env: concat(baseEnv, []corev1.EnvVar{fromSecret("GIT_TOKEN", "git-creds", "token")}),
 	}, {

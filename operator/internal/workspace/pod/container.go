@@ -136,6 +136,9 @@ func agentArgs(ws *autov1alpha1.Workspace, opts Options) ([]string, error) {
 	if v := ws.Spec.PulumiLogVerbosity; v > 0 {
 		args = append(args, "--pulumi-log-level="+strconv.FormatUint(uint64(v), 10))
 	}
+	if opts.PrepareTimeout > 0 {
+		args = append(args, "--prepare-timeout="+opts.PrepareTimeout.String())
+	}
 	return append(args, opts.ExtraArgs...), nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -116,6 +117,9 @@ type Options struct {
 	// (--ssh-known-hosts), given to agents that clone with an SSH key and
 	// no knownHosts of their own.
 	SSHKnownHosts string
+	// PrepareTimeout, when positive, is the agents' --prepare-timeout
+	// (else the agent's default, and the pod template has no such flag).
+	PrepareTimeout time.Duration
 }
 
 // AgentAuth is how the operator authenticates to a workspace agent.

@@ -365,6 +365,15 @@ type CheckoutRequest struct {
 	// (for a workspace with an artifact source).
 	ArtifactUrl    string `protobuf:"bytes,2,opt,name=artifact_url,json=artifactUrl,proto3" json:"artifact_url,omitempty"`
 	ArtifactDigest string `protobuf:"bytes,3,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
+	// git_credentials are the credentials to fetch git_ref with, read by the
+	// operator from the Workspace's Secrets just before the call, so that a
+	// rotated token or key is used by the next fetch without restarting the
+	// agent (an empty message: fetch without credentials). Unset: the
+	// credentials the agent started with. The agent uses them for this
+	// checkout only, never logs them, keeps them in memory only, and redacts
+	// their secret values (and a GitHub App installation token they obtain)
+	// from everything it reports.
+	GitCredentials *GitCredentials `protobuf:"bytes,4,opt,name=git_credentials,json=gitCredentials,proto3" json:"git_credentials,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -420,14 +429,185 @@ func (x *CheckoutRequest) GetArtifactDigest() string {
 	return ""
 }
 
+func (x *CheckoutRequest) GetGitCredentials() *GitCredentials {
+	if x != nil {
+		return x.GitCredentials
+	}
+	return nil
+}
+
+// GitCredentials are git credentials as values (gitauth.Credentials): token,
+// password, ssh_private_key and github_app.private_key are secrets.
+type GitCredentials struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token is an access token, sent as the basic-auth password (user
+	// username, or "git").
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// username and password are basic auth; password alone decrypts
+	// ssh_private_key.
+	Username string `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	Password string `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
+	// ssh_private_key is a PEM-encoded SSH private key.
+	SshPrivateKey string `protobuf:"bytes,4,opt,name=ssh_private_key,json=sshPrivateKey,proto3" json:"ssh_private_key,omitempty"`
+	// known_hosts holds the known_hosts lines the SSH server's key must match.
+	KnownHosts string `protobuf:"bytes,5,opt,name=known_hosts,json=knownHosts,proto3" json:"known_hosts,omitempty"`
+	// github_app authenticates as a GitHub App installation.
+	GithubApp     *GitHubAppCredentials `protobuf:"bytes,6,opt,name=github_app,json=githubApp,proto3" json:"github_app,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitCredentials) Reset() {
+	*x = GitCredentials{}
+	mi := &file_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitCredentials) ProtoMessage() {}
+
+func (x *GitCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitCredentials.ProtoReflect.Descriptor instead.
+func (*GitCredentials) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GitCredentials) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *GitCredentials) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *GitCredentials) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *GitCredentials) GetSshPrivateKey() string {
+	if x != nil {
+		return x.SshPrivateKey
+	}
+	return ""
+}
+
+func (x *GitCredentials) GetKnownHosts() string {
+	if x != nil {
+		return x.KnownHosts
+	}
+	return ""
+}
+
+func (x *GitCredentials) GetGithubApp() *GitHubAppCredentials {
+	if x != nil {
+		return x.GithubApp
+	}
+	return nil
+}
+
+type GitHubAppCredentials struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AppId          string                 `protobuf:"bytes,1,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
+	InstallationId string                 `protobuf:"bytes,2,opt,name=installation_id,json=installationId,proto3" json:"installation_id,omitempty"`
+	// private_key is the App's PEM-encoded RSA private key.
+	PrivateKey string `protobuf:"bytes,3,opt,name=private_key,json=privateKey,proto3" json:"private_key,omitempty"`
+	// api_url is the GitHub REST API's base URL; empty for api.github.com.
+	ApiUrl        string `protobuf:"bytes,4,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitHubAppCredentials) Reset() {
+	*x = GitHubAppCredentials{}
+	mi := &file_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitHubAppCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitHubAppCredentials) ProtoMessage() {}
+
+func (x *GitHubAppCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitHubAppCredentials.ProtoReflect.Descriptor instead.
+func (*GitHubAppCredentials) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GitHubAppCredentials) GetAppId() string {
+	if x != nil {
+		return x.AppId
+	}
+	return ""
+}
+
+func (x *GitHubAppCredentials) GetInstallationId() string {
+	if x != nil {
+		return x.InstallationId
+	}
+	return ""
+}
+
+func (x *GitHubAppCredentials) GetPrivateKey() string {
+	if x != nil {
+		return x.PrivateKey
+	}
+	return ""
+}
+
+func (x *GitHubAppCredentials) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
 type CheckoutStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// source_ref is the requested revision: the git ref, or the artifact digest.
 	SourceRef string        `protobuf:"bytes,1,opt,name=source_ref,json=sourceRef,proto3" json:"source_ref,omitempty"`
 	State     CheckoutState `protobuf:"varint,2,opt,name=state,proto3,enum=stackflow.agent.v1.CheckoutState" json:"state,omitempty"`
 	// reason classifies a failure: "SourceUnavailable" (the revision is
-	// missing or refused), "InstallationFailed", or empty when it may pass
-	// (a network error).
+	// missing or refused, or its fetch did not finish within the agent's
+	// --prepare-timeout), "InstallationFailed" (pulumi install failed, or did
+	// not finish in time), or empty when it may pass (a network error).
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// message says what happened; it never contains secrets.
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
@@ -440,7 +620,7 @@ type CheckoutStatus struct {
 
 func (x *CheckoutStatus) Reset() {
 	*x = CheckoutStatus{}
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +632,7 @@ func (x *CheckoutStatus) String() string {
 func (*CheckoutStatus) ProtoMessage() {}
 
 func (x *CheckoutStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +645,7 @@ func (x *CheckoutStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckoutStatus.ProtoReflect.Descriptor instead.
 func (*CheckoutStatus) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{3}
+	return file_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CheckoutStatus) GetSourceRef() string {
@@ -530,7 +710,7 @@ type ConfigItem struct {
 
 func (x *ConfigItem) Reset() {
 	*x = ConfigItem{}
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +722,7 @@ func (x *ConfigItem) String() string {
 func (*ConfigItem) ProtoMessage() {}
 
 func (x *ConfigItem) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +735,7 @@ func (x *ConfigItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigItem.ProtoReflect.Descriptor instead.
 func (*ConfigItem) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{4}
+	return file_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfigItem) GetKey() string {
@@ -655,7 +835,7 @@ type SelectStackRequest struct {
 
 func (x *SelectStackRequest) Reset() {
 	*x = SelectStackRequest{}
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +847,7 @@ func (x *SelectStackRequest) String() string {
 func (*SelectStackRequest) ProtoMessage() {}
 
 func (x *SelectStackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +860,7 @@ func (x *SelectStackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectStackRequest.ProtoReflect.Descriptor instead.
 func (*SelectStackRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SelectStackRequest) GetStackName() string {
@@ -727,7 +907,7 @@ type SelectStackResponse struct {
 
 func (x *SelectStackResponse) Reset() {
 	*x = SelectStackResponse{}
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +919,7 @@ func (x *SelectStackResponse) String() string {
 func (*SelectStackResponse) ProtoMessage() {}
 
 func (x *SelectStackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +932,7 @@ func (x *SelectStackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectStackResponse.ProtoReflect.Descriptor instead.
 func (*SelectStackResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SelectStackResponse) GetStackName() string {
@@ -788,7 +968,7 @@ type StartOperationRequest struct {
 
 func (x *StartOperationRequest) Reset() {
 	*x = StartOperationRequest{}
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +980,7 @@ func (x *StartOperationRequest) String() string {
 func (*StartOperationRequest) ProtoMessage() {}
 
 func (x *StartOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +993,7 @@ func (x *StartOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartOperationRequest.ProtoReflect.Descriptor instead.
 func (*StartOperationRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StartOperationRequest) GetUpdateId() string {
@@ -923,7 +1103,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1115,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1128,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetOperationRequest) GetUpdateId() string {
@@ -968,7 +1148,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1160,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1173,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Output) GetValueJson() string {
@@ -1038,7 +1218,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1230,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1243,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Operation) GetUpdateId() string {
@@ -1171,7 +1351,7 @@ type OperationEvent struct {
 
 func (x *OperationEvent) Reset() {
 	*x = OperationEvent{}
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1363,7 @@ func (x *OperationEvent) String() string {
 func (*OperationEvent) ProtoMessage() {}
 
 func (x *OperationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1376,7 @@ func (x *OperationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationEvent.ProtoReflect.Descriptor instead.
 func (*OperationEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OperationEvent) GetEvent() isOperationEvent_Event {
@@ -1274,11 +1454,27 @@ const file_agent_proto_rawDesc = "" +
 	"\n" +
 	"source_ref\x18\a \x01(\tR\tsourceRef\x12>\n" +
 	"\bcheckout\x18\b \x01(\v2\".stackflow.agent.v1.CheckoutStatusR\bcheckout\x12\x1c\n" +
-	"\tcheckouts\x18\t \x01(\x03R\tcheckouts\"v\n" +
+	"\tcheckouts\x18\t \x01(\x03R\tcheckouts\"\xc3\x01\n" +
 	"\x0fCheckoutRequest\x12\x17\n" +
 	"\agit_ref\x18\x01 \x01(\tR\x06gitRef\x12!\n" +
 	"\fartifact_url\x18\x02 \x01(\tR\vartifactUrl\x12'\n" +
-	"\x0fartifact_digest\x18\x03 \x01(\tR\x0eartifactDigest\"\xe3\x01\n" +
+	"\x0fartifact_digest\x18\x03 \x01(\tR\x0eartifactDigest\x12K\n" +
+	"\x0fgit_credentials\x18\x04 \x01(\v2\".stackflow.agent.v1.GitCredentialsR\x0egitCredentials\"\xf0\x01\n" +
+	"\x0eGitCredentials\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\x12&\n" +
+	"\x0fssh_private_key\x18\x04 \x01(\tR\rsshPrivateKey\x12\x1f\n" +
+	"\vknown_hosts\x18\x05 \x01(\tR\n" +
+	"knownHosts\x12G\n" +
+	"\n" +
+	"github_app\x18\x06 \x01(\v2(.stackflow.agent.v1.GitHubAppCredentialsR\tgithubApp\"\x90\x01\n" +
+	"\x14GitHubAppCredentials\x12\x15\n" +
+	"\x06app_id\x18\x01 \x01(\tR\x05appId\x12'\n" +
+	"\x0finstallation_id\x18\x02 \x01(\tR\x0einstallationId\x12\x1f\n" +
+	"\vprivate_key\x18\x03 \x01(\tR\n" +
+	"privateKey\x12\x17\n" +
+	"\aapi_url\x18\x04 \x01(\tR\x06apiUrl\"\xe3\x01\n" +
 	"\x0eCheckoutStatus\x12\x1d\n" +
 	"\n" +
 	"source_ref\x18\x01 \x01(\tR\tsourceRef\x127\n" +
@@ -1401,7 +1597,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_agent_proto_goTypes = []any{
 	(CheckoutState)(0),            // 0: stackflow.agent.v1.CheckoutState
 	(OperationType)(0),            // 1: stackflow.agent.v1.OperationType
@@ -1409,48 +1605,52 @@ var file_agent_proto_goTypes = []any{
 	(*InfoRequest)(nil),           // 3: stackflow.agent.v1.InfoRequest
 	(*InfoResponse)(nil),          // 4: stackflow.agent.v1.InfoResponse
 	(*CheckoutRequest)(nil),       // 5: stackflow.agent.v1.CheckoutRequest
-	(*CheckoutStatus)(nil),        // 6: stackflow.agent.v1.CheckoutStatus
-	(*ConfigItem)(nil),            // 7: stackflow.agent.v1.ConfigItem
-	(*SelectStackRequest)(nil),    // 8: stackflow.agent.v1.SelectStackRequest
-	(*SelectStackResponse)(nil),   // 9: stackflow.agent.v1.SelectStackResponse
-	(*StartOperationRequest)(nil), // 10: stackflow.agent.v1.StartOperationRequest
-	(*GetOperationRequest)(nil),   // 11: stackflow.agent.v1.GetOperationRequest
-	(*Output)(nil),                // 12: stackflow.agent.v1.Output
-	(*Operation)(nil),             // 13: stackflow.agent.v1.Operation
-	(*OperationEvent)(nil),        // 14: stackflow.agent.v1.OperationEvent
-	nil,                           // 15: stackflow.agent.v1.Operation.ChangesEntry
-	nil,                           // 16: stackflow.agent.v1.Operation.OutputsEntry
+	(*GitCredentials)(nil),        // 6: stackflow.agent.v1.GitCredentials
+	(*GitHubAppCredentials)(nil),  // 7: stackflow.agent.v1.GitHubAppCredentials
+	(*CheckoutStatus)(nil),        // 8: stackflow.agent.v1.CheckoutStatus
+	(*ConfigItem)(nil),            // 9: stackflow.agent.v1.ConfigItem
+	(*SelectStackRequest)(nil),    // 10: stackflow.agent.v1.SelectStackRequest
+	(*SelectStackResponse)(nil),   // 11: stackflow.agent.v1.SelectStackResponse
+	(*StartOperationRequest)(nil), // 12: stackflow.agent.v1.StartOperationRequest
+	(*GetOperationRequest)(nil),   // 13: stackflow.agent.v1.GetOperationRequest
+	(*Output)(nil),                // 14: stackflow.agent.v1.Output
+	(*Operation)(nil),             // 15: stackflow.agent.v1.Operation
+	(*OperationEvent)(nil),        // 16: stackflow.agent.v1.OperationEvent
+	nil,                           // 17: stackflow.agent.v1.Operation.ChangesEntry
+	nil,                           // 18: stackflow.agent.v1.Operation.OutputsEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	6,  // 0: stackflow.agent.v1.InfoResponse.checkout:type_name -> stackflow.agent.v1.CheckoutStatus
-	0,  // 1: stackflow.agent.v1.CheckoutStatus.state:type_name -> stackflow.agent.v1.CheckoutState
-	7,  // 2: stackflow.agent.v1.SelectStackRequest.config:type_name -> stackflow.agent.v1.ConfigItem
-	1,  // 3: stackflow.agent.v1.StartOperationRequest.type:type_name -> stackflow.agent.v1.OperationType
-	2,  // 4: stackflow.agent.v1.Operation.state:type_name -> stackflow.agent.v1.OperationState
-	1,  // 5: stackflow.agent.v1.Operation.type:type_name -> stackflow.agent.v1.OperationType
-	15, // 6: stackflow.agent.v1.Operation.changes:type_name -> stackflow.agent.v1.Operation.ChangesEntry
-	16, // 7: stackflow.agent.v1.Operation.outputs:type_name -> stackflow.agent.v1.Operation.OutputsEntry
-	13, // 8: stackflow.agent.v1.OperationEvent.result:type_name -> stackflow.agent.v1.Operation
-	12, // 9: stackflow.agent.v1.Operation.OutputsEntry.value:type_name -> stackflow.agent.v1.Output
-	3,  // 10: stackflow.agent.v1.Agent.Info:input_type -> stackflow.agent.v1.InfoRequest
-	8,  // 11: stackflow.agent.v1.Agent.SelectStack:input_type -> stackflow.agent.v1.SelectStackRequest
-	10, // 12: stackflow.agent.v1.Agent.StartOperation:input_type -> stackflow.agent.v1.StartOperationRequest
-	11, // 13: stackflow.agent.v1.Agent.GetOperation:input_type -> stackflow.agent.v1.GetOperationRequest
-	11, // 14: stackflow.agent.v1.Agent.WatchOperation:input_type -> stackflow.agent.v1.GetOperationRequest
-	11, // 15: stackflow.agent.v1.Agent.CancelOperation:input_type -> stackflow.agent.v1.GetOperationRequest
-	5,  // 16: stackflow.agent.v1.Agent.Checkout:input_type -> stackflow.agent.v1.CheckoutRequest
-	4,  // 17: stackflow.agent.v1.Agent.Info:output_type -> stackflow.agent.v1.InfoResponse
-	9,  // 18: stackflow.agent.v1.Agent.SelectStack:output_type -> stackflow.agent.v1.SelectStackResponse
-	13, // 19: stackflow.agent.v1.Agent.StartOperation:output_type -> stackflow.agent.v1.Operation
-	13, // 20: stackflow.agent.v1.Agent.GetOperation:output_type -> stackflow.agent.v1.Operation
-	14, // 21: stackflow.agent.v1.Agent.WatchOperation:output_type -> stackflow.agent.v1.OperationEvent
-	13, // 22: stackflow.agent.v1.Agent.CancelOperation:output_type -> stackflow.agent.v1.Operation
-	6,  // 23: stackflow.agent.v1.Agent.Checkout:output_type -> stackflow.agent.v1.CheckoutStatus
-	17, // [17:24] is the sub-list for method output_type
-	10, // [10:17] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 0: stackflow.agent.v1.InfoResponse.checkout:type_name -> stackflow.agent.v1.CheckoutStatus
+	6,  // 1: stackflow.agent.v1.CheckoutRequest.git_credentials:type_name -> stackflow.agent.v1.GitCredentials
+	7,  // 2: stackflow.agent.v1.GitCredentials.github_app:type_name -> stackflow.agent.v1.GitHubAppCredentials
+	0,  // 3: stackflow.agent.v1.CheckoutStatus.state:type_name -> stackflow.agent.v1.CheckoutState
+	9,  // 4: stackflow.agent.v1.SelectStackRequest.config:type_name -> stackflow.agent.v1.ConfigItem
+	1,  // 5: stackflow.agent.v1.StartOperationRequest.type:type_name -> stackflow.agent.v1.OperationType
+	2,  // 6: stackflow.agent.v1.Operation.state:type_name -> stackflow.agent.v1.OperationState
+	1,  // 7: stackflow.agent.v1.Operation.type:type_name -> stackflow.agent.v1.OperationType
+	17, // 8: stackflow.agent.v1.Operation.changes:type_name -> stackflow.agent.v1.Operation.ChangesEntry
+	18, // 9: stackflow.agent.v1.Operation.outputs:type_name -> stackflow.agent.v1.Operation.OutputsEntry
+	15, // 10: stackflow.agent.v1.OperationEvent.result:type_name -> stackflow.agent.v1.Operation
+	14, // 11: stackflow.agent.v1.Operation.OutputsEntry.value:type_name -> stackflow.agent.v1.Output
+	3,  // 12: stackflow.agent.v1.Agent.Info:input_type -> stackflow.agent.v1.InfoRequest
+	10, // 13: stackflow.agent.v1.Agent.SelectStack:input_type -> stackflow.agent.v1.SelectStackRequest
+	12, // 14: stackflow.agent.v1.Agent.StartOperation:input_type -> stackflow.agent.v1.StartOperationRequest
+	13, // 15: stackflow.agent.v1.Agent.GetOperation:input_type -> stackflow.agent.v1.GetOperationRequest
+	13, // 16: stackflow.agent.v1.Agent.WatchOperation:input_type -> stackflow.agent.v1.GetOperationRequest
+	13, // 17: stackflow.agent.v1.Agent.CancelOperation:input_type -> stackflow.agent.v1.GetOperationRequest
+	5,  // 18: stackflow.agent.v1.Agent.Checkout:input_type -> stackflow.agent.v1.CheckoutRequest
+	4,  // 19: stackflow.agent.v1.Agent.Info:output_type -> stackflow.agent.v1.InfoResponse
+	11, // 20: stackflow.agent.v1.Agent.SelectStack:output_type -> stackflow.agent.v1.SelectStackResponse
+	15, // 21: stackflow.agent.v1.Agent.StartOperation:output_type -> stackflow.agent.v1.Operation
+	15, // 22: stackflow.agent.v1.Agent.GetOperation:output_type -> stackflow.agent.v1.Operation
+	16, // 23: stackflow.agent.v1.Agent.WatchOperation:output_type -> stackflow.agent.v1.OperationEvent
+	15, // 24: stackflow.agent.v1.Agent.CancelOperation:output_type -> stackflow.agent.v1.Operation
+	8,  // 25: stackflow.agent.v1.Agent.Checkout:output_type -> stackflow.agent.v1.CheckoutStatus
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1458,12 +1658,12 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
-	file_agent_proto_msgTypes[4].OneofWrappers = []any{
+	file_agent_proto_msgTypes[6].OneofWrappers = []any{
 		(*ConfigItem_ValueJson)(nil),
 		(*ConfigItem_ValueFromEnv)(nil),
 		(*ConfigItem_ValueFromFile)(nil),
 	}
-	file_agent_proto_msgTypes[11].OneofWrappers = []any{
+	file_agent_proto_msgTypes[13].OneofWrappers = []any{
 		(*OperationEvent_Log)(nil),
 		(*OperationEvent_Step)(nil),
 		(*OperationEvent_Result)(nil),
@@ -1474,7 +1674,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -64,7 +64,10 @@ type AgentClient interface {
 	// to the previous checkout. Checkout is refused (FAILED_PRECONDITION) while
 	// an operation or SelectStack runs; a request for the revision already
 	// checked out, or being checked out, returns its status; a request for
-	// another revision replaces a checkout in progress.
+	// another revision replaces a checkout in progress. A checkout that does
+	// not finish within the agent's --prepare-timeout fails (reason
+	// "SourceUnavailable" while fetching, "InstallationFailed" while
+	// installing) and leaves the previous revision in place.
 	Checkout(ctx context.Context, in *CheckoutRequest, opts ...grpc.CallOption) (*CheckoutStatus, error)
 }
 
@@ -185,7 +188,10 @@ type AgentServer interface {
 	// to the previous checkout. Checkout is refused (FAILED_PRECONDITION) while
 	// an operation or SelectStack runs; a request for the revision already
 	// checked out, or being checked out, returns its status; a request for
-	// another revision replaces a checkout in progress.
+	// another revision replaces a checkout in progress. A checkout that does
+	// not finish within the agent's --prepare-timeout fails (reason
+	// "SourceUnavailable" while fetching, "InstallationFailed" while
+	// installing) and leaves the previous revision in place.
 	Checkout(context.Context, *CheckoutRequest) (*CheckoutStatus, error)
 	mustEmbedUnimplementedAgentServer()
 }
