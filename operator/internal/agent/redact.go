@@ -2,9 +2,9 @@ package agent
 
 import (
 	"encoding/json"
-	"sort"
-	"strings"
 	"sync"
+
+	"github.com/stackflow-io/stackflow/internal/redact"
 )
 
 // redactor replaces known secret values (secret config values, credentials from
@@ -24,17 +24,14 @@ type redactor struct {
 	mu        sync.RWMutex
 	permanent map[string]struct{}
 	scopes    map[string]*scopeSecrets
-	// secrets is the union of all of the above, longest first.
-	secrets []string
+	// values is the union of all of the above, prepared for masking.
+	values redact.Values
 }
 
 // scopeSecrets are the current and previous value sets of a scope.
 type scopeSecrets struct {
 	current, previous map[string]struct{}
 }
-
-// minSecretLen avoids redacting short values such as "1" or "yes" everywhere.
-const minSecretLen = 4
 
 func newRedactor() *redactor {
 	return &redactor{permanent: map[string]struct{}{}, scopes: map[string]*scopeSecrets{}}
@@ -46,7 +43,7 @@ func (r *redactor) add(values ...string) {
 	defer r.mu.Unlock()
 	changed := false
 	for _, v := range values {
-		if _, ok := r.permanent[v]; ok || len(v) < minSecretLen {
+		if _, ok := r.permanent[v]; ok || len(v) < redact.MinLength {
 			continue
 		}
 		r.permanent[v] = struct{}{}
@@ -62,7 +59,7 @@ func (r *redactor) add(values ...string) {
 func (r *redactor) replace(scope string, values ...string) {
 	next := map[string]struct{}{}
 	for _, v := range values {
-		if len(v) >= minSecretLen {
+		if len(v) >= redact.MinLength {
 			next[v] = struct{}{}
 		}
 	}
@@ -106,82 +103,26 @@ func (r *redactor) rebuild() {
 			all[v] = struct{}{}
 		}
 	}
-	r.secrets = r.secrets[:0]
+	list := make([]string, 0, len(all))
 	for v := range all {
-		r.secrets = append(r.secrets, v)
+		list = append(list, v)
 	}
-	// Longest first, so a secret containing another is replaced whole; then
-	// by value, for a stable order.
-	sort.Slice(r.secrets, func(i, j int) bool {
-		if len(r.secrets[i]) != len(r.secrets[j]) {
-			return len(r.secrets[i]) > len(r.secrets[j])
-		}
-		return r.secrets[i] < r.secrets[j]
-	})
+	r.values = redact.NewValues(list...)
 }
 
 // size is the number of distinct values redacted.
 func (r *redactor) size() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return len(r.secrets)
+	return r.values.Len()
 }
 
+// redact masks every value (internal/redact: whole values, lines of
+// multi-line ones, starts cut before an ellipsis by the engine).
 func (r *redactor) redact(s string) string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	for _, v := range r.secrets {
-		s = strings.ReplaceAll(s, v, "[secret]")
-	}
-	return r.redactCut(s)
-}
-
-// minCutPrefix is the shortest start of a secret redacted before an ellipsis.
-const minCutPrefix = 8
-
-// redactCut redacts the start of a secret that something before the agent cut
-// and marked with an ellipsis (the engine shortens long values in its output,
-// `echoed: "abc…`), which whole-value replacement cannot match. r.mu must be
-// held.
-func (r *redactor) redactCut(s string) string {
-	for _, mark := range []string{"…", "..."} {
-		if !strings.Contains(s, mark) {
-			continue
-		}
-		var b strings.Builder
-		rest := s
-		for {
-			i := strings.Index(rest, mark)
-			if i < 0 {
-				b.WriteString(rest)
-				break
-			}
-			before := rest[:i]
-			if n := r.cutPrefix(before); n > 0 {
-				before = before[:len(before)-n] + "[secret]"
-			}
-			b.WriteString(before)
-			b.WriteString(mark)
-			rest = rest[i+len(mark):]
-		}
-		s = b.String()
-	}
-	return s
-}
-
-// cutPrefix is the length of the longest start (at least minCutPrefix bytes)
-// of a secret that text ends with, or 0.
-func (r *redactor) cutPrefix(text string) int {
-	best := 0
-	for _, v := range r.secrets {
-		for k := min(len(v), len(text)); k >= minCutPrefix && k > best; k-- {
-			if strings.HasSuffix(text, v[:k]) {
-				best = k
-				break
-			}
-		}
-	}
-	return best
+	return r.values.Text(s)
 }
 
 // summarize is summarize(err) redacted before it is capped, so that the cap

@@ -22,6 +22,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 
+	"github.com/stackflow-io/stackflow/internal/redact"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
@@ -131,7 +132,7 @@ func subdir(root, dir string) (string, error) {
 func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 	auth, err := src.GitAuth.Method(ctx, nil)
 	if err != nil {
-		err = fmt.Errorf("git credentials for %s: %w", redactURL(src.GitURL), err)
+		err = fmt.Errorf("git credentials for %s: %w", redact.URLCredentials(src.GitURL), err)
 		if gitauth.IsPermanent(err) {
 			return Fetched{}, sourceUnavailable(err)
 		}
@@ -143,7 +144,7 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 		out.Tokens = []string{basic.Password}
 	}
 	if src.GitRef == "" {
-		return out, sourceUnavailable(fmt.Errorf("git source %s: no ref (commit or branch) given", redactURL(src.GitURL)))
+		return out, sourceUnavailable(fmt.Errorf("git source %s: no ref (commit or branch) given", redact.URLCredentials(src.GitURL)))
 	}
 	repo, err := git.PlainInitWithOptions(root, &git.PlainInitOptions{Bare: false})
 	if err != nil {
@@ -174,9 +175,9 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		if !isSHA && errors.Is(err, git.NoMatchingRefSpecError{}) {
-			return out, sourceUnavailable(fmt.Errorf("branch %q not found in %s", branch, redactURL(src.GitURL)))
+			return out, sourceUnavailable(fmt.Errorf("branch %q not found in %s", branch, redact.URLCredentials(src.GitURL)))
 		}
-		err = fmt.Errorf("fetch %s at %s: %w", redactURL(src.GitURL), src.GitRef, err)
+		err = fmt.Errorf("fetch %s at %s: %w", redact.URLCredentials(src.GitURL), src.GitRef, err)
 		if isSourceRefused(err) {
 			return out, sourceUnavailable(err)
 		}
@@ -186,12 +187,12 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 	if isSHA {
 		hash = plumbing.NewHash(src.GitRef)
 		if _, err := repo.CommitObject(hash); err != nil {
-			return out, sourceUnavailable(fmt.Errorf("commit %s not found in %s: %w", src.GitRef, redactURL(src.GitURL), err))
+			return out, sourceUnavailable(fmt.Errorf("commit %s not found in %s: %w", src.GitRef, redact.URLCredentials(src.GitURL), err))
 		}
 	} else {
 		ref, err := repo.Reference(plumbing.NewRemoteReferenceName("origin", branch), true)
 		if err != nil {
-			return out, sourceUnavailable(fmt.Errorf("branch %q not found in %s: %w", branch, redactURL(src.GitURL), err))
+			return out, sourceUnavailable(fmt.Errorf("branch %q not found in %s: %w", branch, redact.URLCredentials(src.GitURL), err))
 		}
 		hash = ref.Hash()
 	}
@@ -216,7 +217,7 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 		return out, sourceUnavailable(err)
 	}
 	if err := requireProject(dir); err != nil {
-		return out, sourceUnavailable(fmt.Errorf("%s at %s: %w", redactURL(src.GitURL), hash, err))
+		return out, sourceUnavailable(fmt.Errorf("%s at %s: %w", redact.URLCredentials(src.GitURL), hash, err))
 	}
 	out.ProgramDir, out.Revision = dir, hash.String()
 	return out, nil
@@ -238,16 +239,6 @@ func isCommitSHA(ref string) bool {
 	}
 	_, err := hex.DecodeString(ref)
 	return err == nil
-}
-
-// redactURL drops credentials embedded in a URL.
-func redactURL(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if at := strings.Index(u[i+3:], "@"); at >= 0 && !strings.Contains(u[i+3:i+3+at], "/") {
-			return u[:i+3] + "***@" + u[i+3+at+1:]
-		}
-	}
-	return u
 }
 
 // artifactRetryDelays are the waits between download attempts (a variable so
@@ -285,11 +276,11 @@ func getArtifact(ctx context.Context, url string) (*http.Response, error) {
 			err = &artifactStatusError{code: code, err: fmt.Errorf("HTTP %s", resp.Status)}
 		}
 		if !retry || attempt == len(artifactRetryDelays) || ctx.Err() != nil {
-			return nil, fmt.Errorf("download artifact %s (%d attempts): %w", redactURL(url), attempt+1, err)
+			return nil, fmt.Errorf("download artifact %s (%d attempts): %w", redact.URLCredentials(url), attempt+1, err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("download artifact %s: %w", redactURL(url), ctx.Err())
+			return nil, fmt.Errorf("download artifact %s: %w", redact.URLCredentials(url), ctx.Err())
 		case <-time.After(artifactRetryDelays[attempt]):
 		}
 	}
@@ -298,7 +289,7 @@ func getArtifact(ctx context.Context, url string) (*http.Response, error) {
 func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error) {
 	algo, want, ok := strings.Cut(src.ArtifactDigest, ":")
 	if !ok || algo != "sha256" || len(want) != 64 {
-		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s: digest %q is not of the form sha256:<64 hex digits>", redactURL(src.ArtifactURL), src.ArtifactDigest))
+		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s: digest %q is not of the form sha256:<64 hex digits>", redact.URLCredentials(src.ArtifactURL), src.ArtifactDigest))
 	}
 	limit := src.MaxArtifactBytes
 	if limit <= 0 {
@@ -327,19 +318,19 @@ func fetchArtifact(ctx context.Context, src Source, root string) (Fetched, error
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return Fetched{}, fmt.Errorf("download artifact %s: %w", redactURL(src.ArtifactURL), err)
+		return Fetched{}, fmt.Errorf("download artifact %s: %w", redact.URLCredentials(src.ArtifactURL), err)
 	}
 	if n > limit {
-		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s is larger than the %d-byte limit", redactURL(src.ArtifactURL), limit))
+		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s is larger than the %d-byte limit", redact.URLCredentials(src.ArtifactURL), limit))
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
-		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s: digest mismatch: want sha256:%s, got sha256:%s", redactURL(src.ArtifactURL), want, got))
+		return Fetched{}, sourceUnavailable(fmt.Errorf("artifact %s: digest mismatch: want sha256:%s, got sha256:%s", redact.URLCredentials(src.ArtifactURL), want, got))
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return Fetched{}, err
 	}
 	if err := untar(tmp, root, limit); err != nil {
-		return Fetched{}, sourceUnavailable(fmt.Errorf("unpack artifact %s: %w", redactURL(src.ArtifactURL), err))
+		return Fetched{}, sourceUnavailable(fmt.Errorf("unpack artifact %s: %w", redact.URLCredentials(src.ArtifactURL), err))
 	}
 	dir, err := subdir(root, src.Dir)
 	if err != nil {
