@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/stackflow-io/stackflow/analysis/auth"
+	"github.com/stackflow-io/stackflow/internal/kubeauth"
 )
 
 // Timeouts of the metrics and probe servers (controller-runtime's own set no
@@ -120,7 +120,7 @@ func AddMetricsServer(mgr ctrl.Manager, o MetricsOptions) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("metrics authentication: %w", err)
 		}
-		h = requireAccess(auth.New(auth.Options{Client: cs, GrantHint: "bind the ClusterRole stackflow-metrics-reader"}), "/metrics", h)
+		h = requireAccess(kubeauth.New(kubeauth.Options{Client: cs, GrantHint: "bind the ClusterRole stackflow-metrics-reader"}), "/metrics", h)
 		if tlsConfig, err = metricsTLS(mgr, o.CertDir); err != nil {
 			return "", err
 		}
@@ -135,10 +135,10 @@ func AddMetricsServer(mgr ctrl.Manager, o MetricsOptions) (string, error) {
 // requireAccess serves next only to callers whose bearer token is allowed
 // get on the non-resource path (TokenReview, SubjectAccessReview; answers
 // cached briefly); others get 401, 403 or 503 with the reason.
-func requireAccess(az *auth.Authorizer, path string, next http.Handler) http.Handler {
+func requireAccess(az *kubeauth.Authorizer, path string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := az.Check(r, auth.PathTarget(path)); err != nil {
-			http.Error(w, err.Error(), auth.StatusCode(err))
+		if _, err := az.Check(r, kubeauth.PathTarget(path)); err != nil {
+			http.Error(w, err.Error(), kubeauth.StatusCode(err))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -1,4 +1,4 @@
-package auth_test
+package kubeauth_test
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/stackflow-io/stackflow/analysis/auth"
+	"github.com/stackflow-io/stackflow/internal/kubeauth"
 )
 
 // A handler checks the caller, then maps the error to its status: 401 with a
@@ -32,16 +32,16 @@ func ExampleAuthorizer_Check() {
 		sar.Status.Allowed = sar.Spec.ResourceAttributes.Namespace == "staging"
 		return true, sar, nil
 	})
-	az := auth.New(auth.Options{Client: client})
+	az := kubeauth.New(kubeauth.Options{Client: client})
 
 	handler := func(w http.ResponseWriter, r *http.Request) {
-		u, err := az.Check(r, auth.StackTarget(r.URL.Query().Get("namespace"), r.URL.Query().Get("name")))
+		u, err := az.Check(r, kubeauth.StackTarget(r.URL.Query().Get("namespace"), r.URL.Query().Get("name")))
 		if err != nil {
-			var ue *auth.UnauthenticatedError
+			var ue *kubeauth.UnauthenticatedError
 			if errors.As(err, &ue) {
 				w.Header().Set("WWW-Authenticate", ue.Challenge())
 			}
-			http.Error(w, err.Error(), auth.StatusCode(err))
+			http.Error(w, err.Error(), kubeauth.StatusCode(err))
 			return
 		}
 		fmt.Fprintf(w, "hello %s", u)

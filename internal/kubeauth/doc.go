@@ -1,4 +1,4 @@
-// Package auth authenticates and authorises callers of the analysis service
+// Package kubeauth authenticates and authorises callers of the analysis service
 // against the Kubernetes API: a caller's bearer token (a ServiceAccount token)
 // is checked with a TokenReview, and its right to read a Stack (get on
 // stacks.pulumi.com) or a Pulumi Cloud route (get on a non-resource URL) with a
@@ -20,4 +20,4 @@
 //
 // Neither a token nor its text in clear appears in a cache key or an error
 // message: tokens are keyed by their SHA-256.
-package auth
+package kubeauth

@@ -1,4 +1,4 @@
-package auth
+package kubeauth
 
 import "github.com/prometheus/client_golang/prometheus"
 
