@@ -5,7 +5,7 @@
 #   ${STACKFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stackflow}/<tool>-<version>/
 #
 # A tool whose directory already holds a complete build (marked by .complete) is
-# reused. Usage: hack/substrate.sh [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]
+# reused. Usage: hack/substrate.sh [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|kargo|controller-gen|protoc-tools|all|env|dir TOOL]
 #   env   prints where the binaries are (KUBEBUILDER_ASSETS, STACKFLOW_PULUMI_ROOT, …).
 #   cluster builds the rest of a single-node cluster (kube-controller-manager,
 #         kube-scheduler, kubelet, kube-proxy) and installs the node packages; it is
@@ -25,6 +25,11 @@ PROTOC_GEN_GO_VERSION=v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 ROLLOUTS_VERSION=v1.10.1
 ARGOCD_VERSION=v2.14.21
+KARGO_VERSION=v1.11.2
+KARGO_COMMIT=20c56384dc3aa29911368fa9c0916e8f4a541252
+# Kargo's modules are not on the module proxy: its source (Go parts, tag
+# KARGO_VERSION) is shared reference data beside the repository root.
+KARGO_SRC=${STACKFLOW_KARGO_SRC:-$here/../../shared/kargo/src}
 NETPOL_VERSION=v0.8.0
 
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -158,6 +163,34 @@ build_argocd() {
     chmod u+w "$out"/crds/*)
 }
 
+# build_kargo builds Kargo's control plane (one binary; sub-commands controller,
+# kubernetes-webhooks-server, management-controller, …) and its git askpass
+# program credential-helper (which Kargo's git steps run as
+# /usr/local/bin/credential-helper, where its image puts it) from a copy of the
+# shared source made inside the build directory, so that -mod=mod (which
+# completes go.mod and go.sum from the proxy) never writes to the shared folder,
+# and keeps Kargo's CRDs of the same tag beside them. The copy is removed once
+# built.
+build_kargo() {
+  local out=$1 ver=${KARGO_VERSION#v}
+  local ld="-s -w -X github.com/akuity/kargo/pkg/x/version.version=$ver -X github.com/akuity/kargo/pkg/x/version.gitCommit=$KARGO_COMMIT -X github.com/akuity/kargo/pkg/x/version.gitTreeState=clean"
+  cp -R "$KARGO_SRC" "$out/src" && chmod -R u+w "$out/src"
+  (cd "$out/src" && \
+    log "go build kargo $KARGO_VERSION (about 1,800 packages cold)" && \
+    GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$out/kargo" ./cmd/controlplane && \
+    GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$out/credential-helper" ./cmd/credential-helper) && \
+  mkdir -p "$out/crds" && cp "$KARGO_SRC"/../crds/*.yaml "$out/crds/" && chmod u+w "$out"/crds/* && \
+  rm -rf "$out/src"
+}
+
+# kargo_available: the shared Kargo source is there (a checkout without it skips
+# Kargo, and so do the tests that run it).
+kargo_available() { [ -f "$KARGO_SRC/go.mod" ]; }
+kargo_if_available() {
+  if kargo_available; then done_or_build "$(kargo_dir)" build_kargo
+  else log "no Kargo source at $KARGO_SRC: skipping kargo (the Kargo tests skip too)"; fi
+}
+
 build_controller_gen() {
   local out=$1
   GOBIN="$out" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
@@ -178,6 +211,7 @@ pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
 controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
 rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION"; }
 argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION"; }
+kargo_dir() { echo "$CACHE/kargo-$KARGO_VERSION"; }
 netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION"; }
 protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
 
@@ -198,11 +232,16 @@ case "${1:-all}" in
   protoc-tools) done_or_build "$(protoc_tools_dir)" build_protoc_tools ;;
   rollouts) done_or_build "$(rollouts_dir)" build_rollouts ;;
   argocd) done_or_build "$(argocd_dir)" build_argocd ;;
+  kargo)
+    kargo_available || { log "no Kargo source at $KARGO_SRC: not building kargo"; exit 1; }
+    done_or_build "$(kargo_dir)" build_kargo
+    ;;
   all)
     # The builds run side by side: each go build leaves cores idle while it
     # downloads and links, so together they finish well before one after another.
     pids=()
-    (done_or_build "$(kube_dir)" build_kube && done_or_build "$(rollouts_dir)" build_rollouts) & pids+=($!)
+    # Kargo (built only where its shared source is) follows Argo Rollouts.
+    (done_or_build "$(kube_dir)" build_kube && done_or_build "$(rollouts_dir)" build_rollouts && kargo_if_available) & pids+=($!)
     (done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml && done_or_build "$(pulumi_dir)" build_pulumi && done_or_build "$(argocd_dir)" build_argocd) & pids+=($!)
     rc=0
     for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
@@ -215,11 +254,12 @@ case "${1:-all}" in
     echo "export STACKFLOW_PULUMI_LANGUAGE_YAML=$(pulumi_yaml_dir)"
     echo "export STACKFLOW_ROLLOUTS=$(rollouts_dir)"
     echo "export STACKFLOW_ARGOCD=$(argocd_dir)"
+    echo "export STACKFLOW_KARGO=$(kargo_dir)"
     echo "export STACKFLOW_CLUSTER=$(cluster_dir)"
     echo "export STACKFLOW_NETPOL=$(netpol_dir)"
     ;;
   dir) echo "$("${2//-/_}_dir")" ;;
   # cached TOOL: succeeds when TOOL's build is complete in the cache (builds nothing).
   cached) [ -f "$("${2//-/_}_dir")/.complete" ] ;;
-  *) echo "usage: $0 [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL|cached TOOL]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|kargo|controller-gen|protoc-tools|all|env|dir TOOL|cached TOOL]" >&2; exit 2 ;;
 esac

@@ -27,6 +27,19 @@ type Paths struct {
 	PulumiRoot string
 	// LanguageYAML holds pulumi-language-yaml.
 	LanguageYAML string
+	// Rollouts holds rollouts-controller and Argo Rollouts' CRDs in crds/.
+	Rollouts string
+	// Kargo holds the kargo binary (Kargo's control plane), credential-helper
+	// and Kargo's CRDs in crds/ (`hack/substrate.sh kargo`); $STACKFLOW_KARGO,
+	// when set, wins. Built only where Kargo's shared source is (KargoSource).
+	Kargo string
+}
+
+// KargoSource is where Kargo's Go source is expected: the shared reference
+// data beside the repository root (../shared/kargo/src). A checkout without it
+// builds no Kargo, and the tests that run Kargo skip.
+func KargoSource() string {
+	return filepath.Join(RepoRoot(), "..", "shared", "kargo", "src")
 }
 
 var (
@@ -56,6 +69,11 @@ func Locate() (Paths, error) {
 			KubeAssets:   vars["KUBEBUILDER_ASSETS"],
 			PulumiRoot:   vars["STACKFLOW_PULUMI_ROOT"],
 			LanguageYAML: vars["STACKFLOW_PULUMI_LANGUAGE_YAML"],
+			Rollouts:     vars["STACKFLOW_ROLLOUTS"],
+			Kargo:        vars["STACKFLOW_KARGO"],
+		}
+		if dir := os.Getenv("STACKFLOW_KARGO"); dir != "" {
+			paths.Kargo = dir
 		}
 	})
 	return paths, pathsErr
