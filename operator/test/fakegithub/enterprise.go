@@ -88,8 +88,7 @@ func StartEnterprise(root, host, token string) (*Enterprise, error) {
 // Close stops serving.
 func (e *Enterprise) Close() error { return e.srv.Close() }
 
-// Bare is the bare repository owner/repo on disk (create it with git init
-// --bare, or InitRepo).
+// Bare is the bare repository owner/repo on disk (see InitRepo).
 func (e *Enterprise) Bare(owner, repo string) string {
 	return filepath.Join(e.root, owner, repo+".git")
 }
@@ -100,7 +99,12 @@ func (e *Enterprise) InitRepo(ctx context.Context, owner, repo string) (string, 
 	if err := os.MkdirAll(filepath.Dir(bare), 0o755); err != nil {
 		return "", err
 	}
-	_, err := gitCmd(ctx, "", "init", "-q", "--bare", "-b", "main", bare)
+	if _, err := gitCmd(ctx, "", "init", "-q", "--bare", "-b", "main", bare); err != nil {
+		return "", err
+	}
+	// git http-backend serves pushes only to an authenticated REMOTE_USER
+	// unless the repository allows them; the server authenticates itself.
+	_, err := gitCmd(ctx, bare, "config", "http.receivepack", "true")
 	return bare, err
 }
 
