@@ -13,8 +13,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -73,11 +71,7 @@ type Example struct {
 func LoadExample(o ExampleOptions) (*Example, error) {
 	dir := filepath.Join(o.RepoRoot, "examples", "kargo")
 	rewrite := strings.NewReplacer(ExampleProgramURL, o.ProgramURL, ExampleManifestsURL, o.ManifestsURL)
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize examples/kargo: %w", err)
-	}
-	rendered, err := rm.AsYaml()
+	rendered, err := kustomizeYAML(dir)
 	if err != nil {
 		return nil, err
 	}
