@@ -11,8 +11,10 @@
 // push, sync the Application, wait for the analysis service's verdict),
 // asks before prod, and rolls out a broken release that stops at dev.
 //
-// Kargo itself does not run here (its controller is not available as a Go
-// module): the demo performs its promotion steps, and says so.
+// When Kargo is built (hack/substrate.sh kargo, from ../shared/kargo/src), the
+// real Kargo runs the rollout instead (kargo.go): examples/kargo's Warehouse
+// and Stages with Stackflow's promotion tasks, verified by Argo Rollouts;
+// otherwise the demo performs the tasks' steps itself, and says why.
 package demo
 
 import (
@@ -48,6 +50,7 @@ import (
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/devenv"
 	"github.com/stackflow-io/stackflow/operator/test/argocd"
+	"github.com/stackflow-io/stackflow/operator/test/kargo"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -86,6 +89,9 @@ type Summary struct {
 	// ArgoCD says whether the real Argo CD synced (false: the fallback
 	// server-side-apply loop did).
 	ArgoCD bool
+	// Kargo says whether the real Kargo promoted (false: the demo ran the
+	// tasks' steps).
+	Kargo bool
 	// Kubeconfig is a kubeconfig of the control plane.
 	Kubeconfig string
 	// Elapsed is the whole run.
@@ -110,6 +116,8 @@ type demo struct {
 	stages   []stage
 	analysis string
 	token    string
+	// kargo is the real Kargo, when it runs.
+	kargo *kargoRun
 }
 
 // Run runs the demo.
@@ -141,10 +149,23 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if d.argo != nil {
 		defer d.argo.Stop()
 		sum.ArgoCD = true
+		if kb, rb, err := locateKargo(); err != nil {
+			say("Kargo is not run (%v): the demo performs the steps of its promotion tasks itself", err)
+		} else if err := d.startKargo(ctx, kb, rb); err != nil {
+			say("Kargo could not start (%v): the demo performs the steps of its promotion tasks itself", err)
+		} else {
+			defer d.kargo.stop()
+		}
 	}
 	// Stopped (deferred) before the control plane is.
 	actx, stopAnalysis := context.WithCancel(ctx)
 	defer stopAnalysis()
+	if d.kargo != nil {
+		if err := d.runKargo(actx, sum); err != nil {
+			return nil, err
+		}
+		return sum, nil
+	}
 	if err := d.startAnalysis(actx); err != nil {
 		return nil, err
 	}
@@ -266,25 +287,9 @@ func (d *demo) startArgoCD(ctx context.Context) error {
 // mints a token for a verifier ServiceAccount bound to read the Stacks, as
 // analysis/config/kargo-project sets up for a Kargo project.
 func (d *demo) startAnalysis(ctx context.Context) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if err := d.serveAnalysis(ctx); err != nil {
 		return err
 	}
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, service.Options{Auth: service.AuthKube, AuthCacheTTL: 10 * time.Second, Config: d.local.CP.Config,
-			Listener: ln, Log: ctrl.Log.WithName("analysis"), Ready: ready})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		return fmt.Errorf("analysis service: %w", err)
-	case <-time.After(time.Minute):
-		return errors.New("analysis service: caches not synced in a minute")
-	}
-	d.analysis = "http://" + ln.Addr().String()
-
 	for _, path := range []string{"analysis/config/default/verifier_roles.yaml"} {
 		docs, err := readDocs(filepath.Join(substrate.RepoRoot(), path))
 		if err != nil {
@@ -331,13 +336,38 @@ func (d *demo) startAnalysis(ctx context.Context) error {
 	return nil
 }
 
+// serveAnalysis runs the analysis service with Kubernetes authentication
+// until ctx ends, and sets d.analysis once its caches have synced.
+func (d *demo) serveAnalysis(ctx context.Context) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, service.Options{Auth: service.AuthKube, AuthCacheTTL: 10 * time.Second, Config: d.local.CP.Config,
+			Listener: ln, Log: ctrl.Log.WithName("analysis"), Ready: ready})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		return fmt.Errorf("analysis service: %w", err)
+	case <-time.After(time.Minute):
+		return errors.New("analysis service: caches not synced in a minute")
+	}
+	d.analysis = "http://" + ln.Addr().String()
+	return nil
+}
+
 // programFile is the program's path in the program repository (the
 // example Stacks' repoDir).
 const programFile = "programs/web/Pulumi.yaml"
 
 // programYAML is release n of the demo's program: one record of the test
 // provider whose content is the environment's greeting (from its
-// ConfigMap) and the release; broken releases fail on update.
+// ConfigMap, or "hello": examples/kargo's Stacks set none) and the release;
+// broken releases fail on update.
 func programYAML(n int, broken bool) string {
 	failOn := ""
 	if broken {
@@ -349,6 +379,7 @@ description: The demo's program, release %d
 config:
   greeting:
     type: string
+    default: hello
 resources:
   site:
     type: stackflowtest:index:Record
@@ -603,6 +634,9 @@ func (d *demo) rows(ctx context.Context) []Row {
 		}
 		rows = append(rows, r)
 	}
+	if d.kargo != nil {
+		d.kargo.kargoColumns(ctx, rows)
+	}
 	return rows
 }
 
@@ -634,7 +668,11 @@ func (d *demo) summary(sum *Summary) {
 	d.scr.Print()
 	w := d.o.Out
 	fmt.Fprintf(w, "\nSummary (%s):\n", formatDuration(sum.Elapsed))
-	fmt.Fprintf(w, "  release 2 (%s) went dev → test → prod", short(sum.Release))
+	if sum.Kargo {
+		fmt.Fprintf(w, "  release 2 (%s) was found by Kargo's Warehouse, auto-promoted into dev and preview, promoted into test and, through a merged pull request, prod", short(sum.Release))
+	} else {
+		fmt.Fprintf(w, "  release 2 (%s) went dev → test → prod", short(sum.Release))
+	}
 	if sum.ProdDeclined {
 		fmt.Fprint(w, " (prod declined at the approval)")
 	}
@@ -645,7 +683,11 @@ func (d *demo) summary(sum *Summary) {
 	} else {
 		fmt.Fprintln(w, "  Argo CD was not available: a server-side-apply loop synced the manifests.")
 	}
-	fmt.Fprintln(w, "  Kargo's controller did not run (not available here): its stackflow-promote steps were performed by the demo.")
+	if sum.Kargo {
+		fmt.Fprintf(w, "  Kargo %s promoted with Stackflow's tasks stackflow-promote and stackflow-promote-pr and verified each Stage with an AnalysisRun run by Argo Rollouts.\n", kargo.Version)
+	} else {
+		fmt.Fprintln(w, "  Kargo did not run (see above why): the steps of its task stackflow-promote were performed by the demo.")
+	}
 	fmt.Fprintf(w, "  Explore: export KUBECONFIG=%s; kubectl get stacks -A; kubectl get updates -A; kubectl get applications -n argocd\n", sum.Kubeconfig)
 }
 

@@ -110,6 +110,10 @@ type Verification struct {
 // Stage is a Stage's status.
 type Stage struct {
 	Status struct {
+		// CurrentPromotion is the Promotion running, if any.
+		CurrentPromotion *struct {
+			Name string `json:"name"`
+		} `json:"currentPromotion"`
 		LastPromotion *struct {
 			Name    string `json:"name"`
 			Freight struct {
