@@ -36,9 +36,13 @@ type Paths struct {
 }
 
 // KargoSource is where Kargo's Go source is expected: the shared reference
-// data beside the repository root (../shared/kargo/src). A checkout without it
-// builds no Kargo, and the tests that run Kargo skip.
+// data beside the repository root (../shared/kargo/src), or
+// $STACKFLOW_KARGO_SRC as for hack/substrate.sh (a worktree elsewhere). A
+// checkout without it builds no Kargo, and the tests that run Kargo skip.
 func KargoSource() string {
+	if dir := os.Getenv("STACKFLOW_KARGO_SRC"); dir != "" {
+		return dir
+	}
 	return filepath.Join(RepoRoot(), "..", "shared", "kargo", "src")
 }
 
