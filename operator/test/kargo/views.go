@@ -201,6 +201,24 @@ func (p *Pipeline) FreightOf(ctx context.Context, sha string) (*Freight, error) 
 	return nil, nil
 }
 
+// AllFreight lists the project's Freight (nil on error).
+func (p *Pipeline) AllFreight(ctx context.Context) []*Freight {
+	items, err := p.list(ctx, FreightKind)
+	if err != nil {
+		return nil
+	}
+	var out []*Freight
+	for i := range items {
+		f := &Freight{}
+		if err := fromUnstructured(&items[i], f); err != nil {
+			continue
+		}
+		f.Name, f.Created = items[i].GetName(), items[i].GetCreationTimestamp().Time
+		out = append(out, f)
+	}
+	return out
+}
+
 // Freight reads a Freight by name.
 func (p *Pipeline) Freight(ctx context.Context, name string) (*Freight, error) {
 	u, err := p.Get(ctx, FreightKind, name)

@@ -97,6 +97,8 @@ func TestKargoPromotesStacks(t *testing.T) {
 	ctx := context.Background()
 	p := &pipeline{t: t, pe: substrate.NewPulumi(t)}
 	r1 := p.setUp(ctx)
+	tl := &timeline{}
+	tl.record(t, p.Pipeline)
 
 	// Release 1: Freight, then dev and preview by auto-promotion.
 	f1 := p.waitFreight(ctx, r1, 30*time.Second)
@@ -113,6 +115,7 @@ func TestKargoPromotesStacks(t *testing.T) {
 	t.Logf("release 1 applied and verified in dev and previewed in preview after %s", time.Since(p.start).Round(100*time.Millisecond))
 
 	// test: promoted by a person, as `kargo promote` or the UI does.
+	testStart := time.Now()
 	testPromo, err := p.Promote(ctx, "test", f1.Name)
 	if err != nil {
 		t.Fatal(err)
@@ -123,16 +126,23 @@ func TestKargoPromotesStacks(t *testing.T) {
 	t.Logf("test: Promotion %s Succeeded and verified after %s", testPromo, time.Since(p.start).Round(100*time.Millisecond))
 
 	// prod: through a pull request that a reviewer merges.
-	p.prodThroughPullRequest(ctx, f1.Name, r1)
+	merged := p.prodThroughPullRequest(ctx, f1.Name, r1)
+	// Release 1 was committed before the Warehouse existed: its clock starts
+	// when the Warehouse was applied.
+	tl.report(t, "release 1", r1, p.start, f1.Name, map[string]time.Time{"dev": {}, "preview": {}, "test": testStart, "prod": merged})
 
 	// Release 2 is broken: its dev promotion fails with the service's reason.
 	r2 := p.program.Commit(t, "Release 2: breaks on update", map[string]string{"programs/web/Pulumi.yaml": program(2, true)})
+	pushed := time.Now()
 	// A push webhook would do this (Kargo's receivers refresh the Warehouses
 	// subscribed to the repository); the Warehouse's own interval is 5 min.
 	if err := p.Refresh(ctx, kargo.WarehouseKind, kargo.ExampleWarehouse); err != nil {
 		t.Fatal(err)
 	}
 	f2 := p.waitFreight(ctx, r2, 30*time.Second)
+	if ft, ok := tl.get(freightMade(r2)); ok {
+		t.Logf("latency of release 2 (%.7s): push → Freight %s (the Warehouse refreshed as a push webhook does)", r2, ft.Sub(pushed).Round(100*time.Millisecond))
+	}
 	failed := p.waitPromotion(ctx, "dev", f2.Name, "Failed", 4*time.Minute)
 	if !strings.Contains(failed.Status.Message, "StackStalled") {
 		t.Errorf("the dev Promotion of release 2 failed with %q, want the analysis service's reason StackStalled", failed.Status.Message)
@@ -318,7 +328,9 @@ func (p *pipeline) verifiedByRollouts(ctx context.Context, stage, template strin
 // prodThroughPullRequest promotes the Freight into prod: the Promotion opens
 // a pull request and waits; a reviewer merges it; Argo CD syncs the merge
 // commit and the Stack applies it.
-func (p *pipeline) prodThroughPullRequest(ctx context.Context, freight, commit string) {
+//
+// It returns when the pull request was merged.
+func (p *pipeline) prodThroughPullRequest(ctx context.Context, freight, commit string) time.Time {
 	t := p.t
 	name, err := p.Promote(ctx, "prod", freight)
 	if err != nil {
@@ -356,6 +368,7 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, freight, commit s
 	if err != nil {
 		t.Fatal(err)
 	}
+	merged := time.Now()
 	// GitHub's pull_request webhook makes Kargo's receiver refresh the
 	// Promotion waiting on it; without it, git-wait-for-pr polls every 30 s.
 	if err := p.Refresh(ctx, kargo.PromotionKind, name); err != nil {
@@ -375,6 +388,7 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, freight, commit s
 		t.Errorf("Application kargo-demo-prod synced %q, want the merge commit %s", rev, merge)
 	}
 	t.Logf("prod: pull request #%d merged as %.7s; Promotion %s Succeeded and verified after %s", pr.Number, merge, promo.Name, time.Since(p.start).Round(100*time.Millisecond))
+	return merged
 }
 
 // startAnalysis runs the analysis service in this process with Kubernetes
