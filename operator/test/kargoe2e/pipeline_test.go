@@ -106,6 +106,7 @@ func TestKargoPromotesStacks(t *testing.T) {
 	for _, st := range []string{"dev", "preview"} {
 		promo := p.waitPromotion(ctx, st, f1.Name, "Succeeded", 4*time.Minute)
 		p.checkSteps(promo, "git-clone", "yaml-update", "git-commit", "git-push", "argocd-update", "http", "compose-output")
+		p.sameAsKargo(ctx, promo, f1)
 	}
 	p.waitVerified(ctx, f1.Name, 3*time.Minute, "dev", "preview")
 	p.stackRan(ctx, "web-dev", r1, autov1alpha1.UpType)
@@ -120,13 +121,13 @@ func TestKargoPromotesStacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.waitPromotion(ctx, "test", f1.Name, "Succeeded", 3*time.Minute)
+	p.sameAsKargo(ctx, p.waitPromotion(ctx, "test", f1.Name, "Succeeded", 3*time.Minute), f1)
 	p.waitVerified(ctx, f1.Name, 2*time.Minute, "test")
 	p.stackRan(ctx, "web-test", r1, autov1alpha1.UpType)
 	t.Logf("test: Promotion %s Succeeded and verified after %s", testPromo, time.Since(p.start).Round(100*time.Millisecond))
 
 	// prod: through a pull request that a reviewer merges.
-	merged := p.prodThroughPullRequest(ctx, f1.Name, r1)
+	merged := p.prodThroughPullRequest(ctx, f1, r1)
 	// Release 1 was committed before the Warehouse existed: its clock starts
 	// when the Warehouse was applied.
 	tl.report(t, "release 1", r1, p.start, f1.Name, map[string]time.Time{"dev": {}, "preview": {}, "test": testStart, "prod": merged})
@@ -330,8 +331,9 @@ func (p *pipeline) verifiedByRollouts(ctx context.Context, stage, template strin
 // commit and the Stack applies it.
 //
 // It returns when the pull request was merged.
-func (p *pipeline) prodThroughPullRequest(ctx context.Context, freight, commit string) time.Time {
+func (p *pipeline) prodThroughPullRequest(ctx context.Context, f *kargo.Freight, commit string) time.Time {
 	t := p.t
+	freight := f.Name
 	name, err := p.Promote(ctx, "prod", freight)
 	if err != nil {
 		t.Fatal(err)
@@ -350,6 +352,14 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, freight, commit s
 	})
 	if !pr.Open || pr.Base != "main" || !strings.HasPrefix(pr.Title, "prod: Stack kargo-demo-stacks/web-prod to "+commit[:7]) {
 		t.Errorf("pull request %+v, want open into main, titled for web-prod at %.7s", pr, commit)
+	}
+	if running, err := p.PromotionOf(ctx, "prod", freight); err == nil && running != nil {
+		if title := p.evaluate(ctx, running, f, "open-pr", "title"); title != pr.Title {
+			t.Errorf("kargoexpr computes the pull request title %q; Kargo opened %q", title, pr.Title)
+		}
+		if body := p.evaluate(ctx, running, f, "open-pr", "description"); body != pr.Body {
+			t.Errorf("kargoexpr computes the pull request description %q; Kargo wrote %q", body, pr.Body)
+		}
 	}
 	// While the pull request is open, the Promotion waits in git-wait-for-pr
 	// and nothing reaches prod.
