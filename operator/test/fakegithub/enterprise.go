@@ -30,11 +30,14 @@ import (
 //	PUT  /api/v3/repos/{owner}/{repo}/pulls/{number}/merge  merge (a merge commit; 405 when closed)
 //	POST /api/v3/repos/{owner}/{repo}/issues/{number}/labels add labels
 //
-// Every request, git or API, needs the token: as a password (basic auth,
-// any user name, as GitHub takes a personal access token) or as
-// `Authorization: Bearer`/`token`. Otherwise the API answers 401 "Bad
-// credentials" and git gets a Basic challenge. Bodies and errors are shaped
-// as GitHub documents them (docs.github.com/rest/pulls/pulls).
+// Every API request needs the token, as `Authorization: Bearer`/`token` (or
+// a basic-auth password); otherwise it answers 401 "Bad credentials". Git
+// needs it as a password (basic auth, any user name, as GitHub takes a
+// personal access token) to push, and to fetch unless the server's
+// repositories are Public; a wrong one is refused even where none is needed,
+// as GitHub does. Refused git requests get a Basic challenge. Bodies and
+// errors are shaped as GitHub documents them
+// (docs.github.com/rest/pulls/pulls).
 //
 // Kargo reaches it by name: its GitHub provider is chosen for a host
 // containing "github" and talks to <scheme>://<host>/api/v3/ (go-github's
@@ -46,6 +49,9 @@ type Enterprise struct {
 	Addr string
 	// Token is the one credential it accepts.
 	Token string
+	// Public lets anyone fetch (clone) without credentials, as from a
+	// public repository; pushes still need the token. Set before use.
+	Public bool
 
 	root string
 	srv  *http.Server
@@ -226,6 +232,18 @@ func (e *Enterprise) authorized(r *http.Request) bool {
 	return false
 }
 
+// anonymousFetch is a git request without credentials that only reads:
+// the ref advertisement for upload-pack, or upload-pack itself.
+func anonymousFetch(r *http.Request) bool {
+	if r.Header.Get("Authorization") != "" {
+		return false
+	}
+	if strings.HasSuffix(r.URL.Path, "/info/refs") {
+		return r.URL.Query().Get("service") == "git-upload-pack"
+	}
+	return strings.HasSuffix(r.URL.Path, "/git-upload-pack")
+}
+
 var (
 	pullsPath = regexp.MustCompile(`^/api/v3/repos/([^/]+)/([^/]+)/pulls$`)
 	pullPath  = regexp.MustCompile(`^/api/v3/repos/([^/]+)/([^/]+)/pulls/([0-9]+)(/merge)?$`)
@@ -236,7 +254,7 @@ const docPulls = "https://docs.github.com/rest/pulls/pulls"
 
 func (e *Enterprise) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/api/") {
-		if !e.authorized(r) {
+		if !e.authorized(r) && !(e.Public && anonymousFetch(r)) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="GitHub"`)
 			http.Error(w, "authentication required", http.StatusUnauthorized)
 			return

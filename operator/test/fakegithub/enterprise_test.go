@@ -58,9 +58,25 @@ func TestEnterprisePullRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	anonymous := e.URL("org", "manifests")
 	if err := git("", "ls-remote", wrong); err == nil {
 		t.Error("git ls-remote with a wrong token succeeded")
 	}
+	if err := git("", "ls-remote", anonymous); err == nil {
+		t.Error("git ls-remote without a token succeeded on a private repository")
+	}
+	// Public: anyone fetches; pushing still needs the token.
+	e.Public = true
+	if err := git("", "ls-remote", anonymous); err != nil {
+		t.Errorf("anonymous fetch of a public repository: %v", err)
+	}
+	if err := git("", "push", "-q", anonymous, "main:anon"); err == nil {
+		t.Error("an anonymous push succeeded")
+	}
+	if err := git("", "push", "-q", wrong, "main:anon"); err == nil {
+		t.Error("a push with a wrong token succeeded")
+	}
+	e.Public = false
 
 	proxyURL, _ := url.Parse(p.URL)
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}

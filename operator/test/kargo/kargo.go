@@ -273,6 +273,9 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 		"CACHE_BY_TAG_POLICY=Allow", "MAX_IMAGE_CACHE_ENTRIES=100000", "IMAGE_REGISTRY_RATE_LIMIT=20",
 		"MAX_OCI_PUSH_ARTIFACT_SIZE=1073741824",
 		"ARGOCD_INTEGRATION_ENABLED="+strconv.FormatBool(o.ArgoCD),
+		// Argo CD is on the same control plane; unset, Kargo would look for
+		// an in-cluster configuration.
+		"ARGOCD_KUBECONFIG="+kc,
 		"ARGOCD_NAMESPACE=argocd", "ARGOCD_WATCH_ARGOCD_NAMESPACE_ONLY=false",
 		"ROLLOUTS_INTEGRATION_ENABLED="+strconv.FormatBool(o.Rollouts), "ROLLOUTS_CONTROLLER_INSTANCE_ID=",
 		"MAX_CONCURRENT_CONTROL_FLOW_RECONCILES=4", "MAX_CONCURRENT_PROMOTION_RECONCILES=4",

@@ -87,7 +87,7 @@ type Pipeline struct {
 // URLs (and RetryCap): the ClusterRole stackflow-stack-verifier, the
 // ClusterAnalysisTemplates, the ClusterPromotionTasks, the Stacks' namespace
 // with the Pulumi token Secret its Stacks name (the file backend does not
-// read it), Argo CD's repository (its credentials, through the proxy) and the
+// read it), Argo CD's repository (through the proxy) and the
 // example's AppProject and Applications, the Project (Kargo creates its
 // namespace), the git credentials, and the project's objects but the
 // Warehouse. It seeds the manifests repository on a GitHub Enterprise server
@@ -108,6 +108,11 @@ func StartPipeline(ctx context.Context, o PipelineOptions) (_ *Pipeline, err err
 			p.Close()
 		}
 	}()
+	// Argo CD reads the manifests repository without credentials: its repo
+	// server hands them to git through its own binary as askpass, found on
+	// the PATH of its image, which the harness's Argo CD does not have. Kargo
+	// pushes with its credentials.
+	p.GitHub.Public = true
 	o.Proxy.Route(GitHubHost, p.GitHub.Addr)
 	o.Proxy.Route(AnalysisHost, o.AnalysisAddr)
 	p.ManifestsURL = p.GitHub.URL(ManifestsOwner, ManifestsRepo)
@@ -159,15 +164,14 @@ func StartPipeline(ctx context.Context, o PipelineOptions) (_ *Pipeline, err err
 		"apiVersion": "v1", "kind": "Secret",
 		"metadata": map[string]any{"name": ManifestsRepo, "namespace": "argocd",
 			"labels": map[string]any{"argocd.argoproj.io/secret-type": "repository"}},
-		"stringData": map[string]any{"type": "git", "url": p.ManifestsURL,
-			"username": "argocd", "password": o.GitHubToken, "proxy": o.Proxy.URL},
+		"stringData": map[string]any{"type": "git", "url": p.ManifestsURL, "proxy": o.Proxy.URL},
 	}}
 	for _, u := range append([]*unstructured.Unstructured{repoSecret}, p.Example.Argo...) {
 		if err := apply(u); err != nil {
 			return nil, err
 		}
 	}
-	say("applied Argo CD's repository Secret and examples/kargo/argocd: AppProject kargo-demo, Applications kargo-demo-{dev,preview,test,prod}")
+	say("applied Argo CD's repository Secret (through the proxy) and examples/kargo/argocd: AppProject kargo-demo, Applications kargo-demo-{dev,preview,test,prod}")
 
 	if err := apply(p.Example.Project); err != nil {
 		return nil, err

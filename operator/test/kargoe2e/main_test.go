@@ -64,7 +64,14 @@ func run(m *testing.M) int {
 	if err != nil {
 		return fail("temp dir", err)
 	}
-	defer os.RemoveAll(dir)
+	keep := false
+	defer func() {
+		if keep {
+			fmt.Fprintf(os.Stderr, "kargoe2e: the processes' logs are kept in %s\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
 	agentBin = filepath.Join(dir, "agent")
 	if err := substrate.GoBuild(agentBin, "./operator/cmd/agent"); err != nil {
 		return fail("build the agent", err)
@@ -111,6 +118,7 @@ func run(m *testing.M) int {
 
 	code := m.Run()
 	if code != 0 {
+		keep = true
 		fmt.Fprintln(os.Stderr, kargoProcs.Logs(8000))
 		fmt.Fprintln(os.Stderr, argo.Logs(3000))
 		fmt.Fprintf(os.Stderr, "---- rollouts-controller\n%s\n", substrate.Tail(rc.LogPath, 3000))
