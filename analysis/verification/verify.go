@@ -28,6 +28,10 @@ type Input struct {
 	Now time.Time
 }
 
+// maxStalledReason bounds the Stalled reason quoted (the API allows 1024
+// characters; the operator's reasons are short PascalCase words).
+const maxStalledReason = 64
+
 // terminalFailure matches engine errors that retrying the same commit cannot
 // fix: an update run with expectNoChanges that found changes, and mandatory
 // policy violations.
@@ -89,6 +93,7 @@ func Verify(in Input) Result {
 				// Past the stall threshold the operator still retries, at
 				// the backoff cap, in case an outage heals; the verdict on
 				// this commit stands.
+				r.StalledReason = pulumiv1.StalledUpdateFailedReason
 				return r.with(PhaseFailed, ReasonStackStalled, "%s of %s failed %d times in a row, so the Stack is stalled; a retry at the backoff cap is running", op, r.ObservedCommit.Short, lu.Failures)
 			}
 		}
@@ -126,7 +131,10 @@ func Verify(in Input) Result {
 		if luAtCommit {
 			r.Update = describeLastUpdate(in.Update(lu.Name), lu)
 		}
-		return r.with(PhaseFailed, ReasonStackStalled, "the Stack is stalled (%s): %s", st.Reason, st.Message)
+		// The Stalled message may quote the engine or git (an update's
+		// error output): only a masked, bounded excerpt is passed on.
+		r.StalledReason = cut(st.Reason, maxStalledReason)
+		return r.with(PhaseFailed, ReasonStackStalled, "the Stack is stalled (%s): %s", r.StalledReason, Detail(st.Message))
 	}
 
 	if c := s.Status.Conflict; c != nil && c.Generation == gen && Matches(c.Revision, q.Commit) {
@@ -150,6 +158,7 @@ func Verify(in Input) Result {
 			return r.with(PhaseFailed, ReasonPolicyViolation, "%s of %s violated a mandatory policy", op, r.ObservedCommit.Short)
 		}
 		if lu.Failures >= pulumiv1.RetryStallAfter {
+			r.StalledReason = pulumiv1.StalledUpdateFailedReason
 			return r.with(PhaseFailed, ReasonStackStalled, "%s of %s failed %d times in a row, so the Stack is stalled", op, r.ObservedCommit.Short, lu.Failures)
 		}
 		next, _ := s.NextRetryTime()

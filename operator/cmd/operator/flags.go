@@ -33,6 +33,7 @@ type config struct {
 	workspaceAuth     string
 	podSecurity       string
 	sshKnownHostsFile string
+	githubAPIHosts    string
 }
 
 // parseFlags parses args (without the program name) into a config.
@@ -66,6 +67,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
 	fs.DurationVar(&opts.SecretPollInterval, "secret-poll-interval", controller.DefaultSecretPoll, "how often an up-to-date Stack re-reads the Secrets it refers to: Secrets are read by name, never watched (least privilege), so a rotated Secret is deployed within this interval")
 	fs.StringVar(&c.sshKnownHostsFile, "ssh-known-hosts", "", "known_hosts file (OpenSSH format, e.g. from ssh-keyscan) verifying the host keys of SSH git servers for every Stack whose spec.gitAuth.sshAuth.knownHosts is unset, in branch resolution and in workspace clones (both runtimes); without it and without knownHosts, SSH sources fail: host keys are never accepted unverified")
+	fs.StringVar(&c.githubAPIHosts, "github-api-hosts", "", "comma-separated hosts (host or host:port; port 443 when none) that a Stack's spec.gitAuth.githubApp.apiURL may name, e.g. ghe.example.com: a Stack naming another host is Stalled (SpecInvalid) before any request is sent (default: any host; an apiURL must in any case be https, with an empty path or one ending in /api/v3, and no user info, query or fragment). An unset apiURL, GitHub.com's API, is always allowed")
 	fs.StringVar(&c.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
 	fs.StringVar(&c.metrics.Addr, "metrics-bind-address", ":8080", "address serving Prometheus metrics at /metrics, on every replica (0 disables)")
 	fs.StringVar(&c.metrics.Auth, "metrics-auth", operator.MetricsAuthKube, `who may read /metrics: "kube" (HTTPS; a bearer token passing a TokenReview whose user may get the non-resource URL /metrics, e.g. bound to the ClusterRole stackflow-metrics-reader) or "none" (plain HTTP, anyone)`)
@@ -121,6 +123,16 @@ func (c *config) resolve(log logr.Logger) error {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			c.opts.WatchNamespaces = append(c.opts.WatchNamespaces, ns)
 		}
+	}
+	c.opts.GitHubAPIHosts = nil
+	for _, h := range strings.Split(c.githubAPIHosts, ",") {
+		if h = strings.TrimSpace(h); h == "" {
+			continue
+		}
+		if strings.ContainsAny(h, "/?#@ ") {
+			return fmt.Errorf("--github-api-hosts: %q is not a host or host:port (e.g. ghe.example.com)", h)
+		}
+		c.opts.GitHubAPIHosts = append(c.opts.GitHubAPIHosts, h)
 	}
 	if c.sshKnownHostsFile != "" {
 		b, err := os.ReadFile(c.sshKnownHostsFile)

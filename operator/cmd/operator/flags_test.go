@@ -225,3 +225,30 @@ func TestSSHKnownHosts(t *testing.T) {
 		t.Fatalf("--help does not document --ssh-known-hosts:\n%s", help.String())
 	}
 }
+
+// TestGitHubAPIHosts: --github-api-hosts lists the hosts Stacks' GitHub App
+// apiURL may name; a value that is no host is an error naming the flag, and
+// --help documents it.
+func TestGitHubAPIHosts(t *testing.T) {
+	c, _, err := resolveArgs(t)
+	if err != nil || c.opts.GitHubAPIHosts != nil {
+		t.Fatalf("default: %v, %v", c.opts.GitHubAPIHosts, err)
+	}
+	c, _, err = resolveArgs(t, "--github-api-hosts= ghe.example.com, ghe.example.com:8443 ,")
+	if err != nil || strings.Join(c.opts.GitHubAPIHosts, "|") != "ghe.example.com|ghe.example.com:8443" {
+		t.Fatalf("list: %q, %v", c.opts.GitHubAPIHosts, err)
+	}
+	if _, _, err := resolveArgs(t, "--github-api-hosts=https://ghe.example.com/api/v3"); err == nil || !strings.Contains(err.Error(), "--github-api-hosts") {
+		t.Fatalf("a URL: %v, want an error naming the flag", err)
+	}
+	var help strings.Builder
+	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+	fs.SetOutput(&help)
+	if _, err := parseFlags(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	fs.PrintDefaults()
+	if !strings.Contains(help.String(), "-github-api-hosts") || !strings.Contains(help.String(), "githubApp.apiURL may name") {
+		t.Fatalf("--help does not document --github-api-hosts:\n%s", help.String())
+	}
+}

@@ -7,5 +7,6 @@
 //
 // It imports the operator API, the agent API and client, the workspace
 // runtimes, the artifact store, git credentials and resolution, the stack
-// policies and controller-runtime.
+// policies, internal/conditions (a condition read from another object counts
+// only for the generation it observed) and controller-runtime.
 package controller

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -21,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
@@ -34,29 +33,6 @@ import (
 // destroyOnFinalize) and its Workspace is removed. It is PKO's finalizer name,
 // so Stacks move between the operators.
 const StackFinalizer = "finalizer.stack.pulumi.com"
-
-// Stack indexes: by the names of their prerequisites, and by their Program.
-const (
-	prerequisiteField = "spec.prerequisites.name"
-	programRefField   = "spec.programRef.name"
-	configMapsField   = "stackflow.configmaps"
-	repositoryField   = "stackflow.repository"
-	fluxSourceField   = "stackflow.fluxsource"
-)
-
-func objectName(o client.Object) string { return o.GetName() }
-
-// fluxSourceKey is "<Kind>/<name>" of the Flux source a Stack uses.
-func fluxSourceKey(s *pulumiv1.Stack) []string {
-	if fs := s.Spec.FluxSource; fs != nil {
-		return []string{fs.SourceRef.Kind + "/" + fs.SourceRef.Name}
-	}
-	return nil
-}
-
-func fluxObjectKey(o client.Object) string {
-	return o.GetObjectKind().GroupVersionKind().Kind + "/" + o.GetName()
-}
 
 // BranchResolver resolves a branch head; gitresolve.Branch in production.
 type BranchResolver func(ctx context.Context, url, branch string, auth gitauth.Credentials) (string, error)
@@ -92,6 +68,10 @@ type StackReconciler struct {
 	// SSHKnownHosts holds the operator's known_hosts lines (--ssh-known-hosts),
 	// verifying SSH host keys for Stacks that name no knownHosts of their own.
 	SSHKnownHosts string
+	// GitHubAPIHosts, when set (--github-api-hosts), are the hosts a
+	// Stack's gitAuth.githubApp.apiURL may name (gitauth.CheckAPIURL); a
+	// Stack naming another is Stalled (SpecInvalid) before anything is sent.
+	GitHubAPIHosts []string
 }
 
 // DefaultSecretPoll is how often a Stack re-reads its Secrets by default.
@@ -125,29 +105,8 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.SecretPollInterval = DefaultSecretPoll
 	}
 	registerStackStates.Do(func() { metrics.Registry.MustRegister(stackStates{reader: mgr.GetClient()}) })
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, prerequisiteField, func(o client.Object) []string {
-		var names []string
-		for _, p := range o.(*pulumiv1.Stack).Spec.Prerequisites {
-			names = append(names, p.Name)
-		}
-		return names
-	}); err != nil {
+	if err := indexStacks(mgr.GetFieldIndexer()); err != nil {
 		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, programRefField, func(o client.Object) []string {
-		if ref := o.(*pulumiv1.Stack).Spec.ProgramRef; ref != nil {
-			return []string{ref.Name}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	for field, names := range map[string]func(*pulumiv1.Stack) []string{configMapsField: referencedConfigMaps, repositoryField: trackedRepository, fluxSourceField: fluxSourceKey} {
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pulumiv1.Stack{}, field, func(o client.Object) []string {
-			return names(o.(*pulumiv1.Stack))
-		}); err != nil {
-			return err
-		}
 	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&pulumiv1.Stack{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
@@ -172,14 +131,6 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Flux sources are watched once their CRDs are served (Flux may be
 	// installed after the operator, or never).
 	return mgr.Add(&fluxWatcher{ctrl: c, cache: mgr.GetCache(), config: mgr.GetConfig(), mapFunc: r.indexed(fluxSourceField, fluxObjectKey)})
-}
-
-// trackedRepository is the normalized repository of a Stack tracking a branch.
-func trackedRepository(s *pulumiv1.Stack) []string {
-	if s.Spec.GitSource == nil || s.Spec.ProjectRepo == "" || s.Spec.Branch == "" {
-		return nil
-	}
-	return []string{gitresolve.NormalizeURL(s.Spec.ProjectRepo)}
 }
 
 // NotePush records a verified push on every Stack tracking the pushed branch
@@ -214,73 +165,6 @@ func (r *StackReconciler) NotePush(ctx context.Context, urls []string, branch, t
 		}
 	}
 	return n, nil
-}
-
-// referencedConfigMaps lists the ConfigMaps a Stack reads.
-func referencedConfigMaps(s *pulumiv1.Stack) []string {
-	var names []string
-	for _, ref := range s.Spec.ConfigRef {
-		names = append(names, ref.Name)
-	}
-	return append(names, s.Spec.Envs...)
-}
-
-// referencedSecrets lists the Secrets a Stack reads (secretPoll).
-func referencedSecrets(s *pulumiv1.Stack) []string {
-	var names []string
-	add := func(r *pulumiv1.ResourceRef) {
-		if r != nil && r.SelectorType == pulumiv1.ResourceSelectorSecret && r.SecretRef != nil {
-			names = append(names, r.SecretRef.Name)
-		}
-	}
-	for _, r := range s.Spec.SecretRefs {
-		add(&r)
-	}
-	for _, r := range s.Spec.EnvRefs {
-		add(&r)
-	}
-	if s.Spec.GitSource != nil {
-		if ga := s.Spec.GitAuth; ga != nil {
-			add(ga.PersonalAccessToken)
-			if ga.BasicAuth != nil {
-				add(&ga.BasicAuth.UserName)
-				add(&ga.BasicAuth.Password)
-			}
-			if ga.SSHAuth != nil {
-				add(&ga.SSHAuth.SSHPrivateKey)
-				add(ga.SSHAuth.Password)
-				add(ga.SSHAuth.KnownHosts)
-			}
-			if app := ga.GitHubApp; app != nil {
-				add(&app.AppID)
-				add(&app.InstallationID)
-				add(&app.PrivateKey)
-			}
-		}
-		if s.Spec.GitAuthSecret != "" {
-			names = append(names, s.Spec.GitAuthSecret)
-		}
-	}
-	if s.Spec.AccessTokenSecret != "" {
-		names = append(names, s.Spec.AccessTokenSecret)
-	}
-	return append(names, s.Spec.SecretEnvs...)
-}
-
-// indexed maps an object to the Stacks in its namespace whose index field
-// holds the object's key.
-func (r *StackReconciler) indexed(field string, key func(client.Object) string) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list pulumiv1.StackList
-		if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{field: key(o)}); err != nil {
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for _, s := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
-		}
-		return reqs
-	}
 }
 
 // Stacks: cached reads, the finalizer (Update), push and resync request
@@ -521,13 +405,16 @@ func (r *StackReconciler) reconcileWorkspace(ctx context.Context, sc *stackScope
 }
 
 // workspaceReadiness is nil for a Workspace ready for its spec, else why the
-// Stack waits (or is stalled).
+// Stack waits (or is stalled). Only conditions written for the Workspace's
+// current generation count: right after the Stack changes the Workspace's
+// spec (a new commit), its conditions still describe the old one, and a
+// checkout that failed there says nothing about the new commit.
 func workspaceReadiness(ws *autov1alpha1.Workspace) error {
-	ready := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceReady)
+	ready := conditions.Current(ws, ws.Status.Conditions, autov1alpha1.WorkspaceReady)
 	if ready != nil && ready.Status == metav1.ConditionTrue && ws.Status.ObservedGeneration == ws.Generation {
 		return nil
 	}
-	if stalled := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceStalled); stalled != nil && stalled.Status == metav1.ConditionTrue {
+	if stalled := conditions.Current(ws, ws.Status.Conditions, autov1alpha1.WorkspaceStalled); stalled != nil && stalled.Status == metav1.ConditionTrue {
 		reason := pulumiv1.StalledWorkspaceFailedReason
 		if stalled.Reason == autov1alpha1.WorkspaceReasonSourceUnavailable {
 			reason = pulumiv1.StalledSourceUnavailableReason
@@ -536,8 +423,12 @@ func workspaceReadiness(ws *autov1alpha1.Workspace) error {
 		return &stallingError{reason: reason, msg: "workspace failed: " + stalled.Message}
 	}
 	msg := "waiting for the workspace"
-	if ready != nil {
+	switch {
+	case ready != nil:
 		msg += ": " + ready.Message
+	case len(ws.Status.Conditions) > 0:
+		// The Workspace's status change wakes the Stack.
+		msg = fmt.Sprintf("waiting for the workspace to apply its new spec (generation %d)", ws.Generation)
 	}
 	return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: msg}
 }

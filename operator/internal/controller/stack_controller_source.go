@@ -128,7 +128,7 @@ func (r *StackReconciler) gitSource(ctx context.Context, s *pulumiv1.Stack, comm
 // gitAuth maps spec.gitAuth, or else the deprecated gitAuthSecret, to the
 // Workspace's Secret references (gitauth).
 func (r *StackReconciler) gitAuth(ctx context.Context, s *pulumiv1.Stack) (*autov1alpha1.GitAuth, error) {
-	auth, err := stack.GitAuth(s)
+	auth, err := stack.GitAuth(s, r.GitHubAPIHosts)
 	if err != nil || auth != nil || s.Spec.GitAuthSecret == "" {
 		return auth, err
 	}
@@ -183,66 +183,63 @@ func (r *StackReconciler) fluxSource(ctx context.Context, s *pulumiv1.Stack) (st
 // readInputs reads configRef values and checks that every Secret the Stack
 // refers to exists with its key, so a missing one stalls the Stack with its
 // name instead of failing later in the workspace. The values read (secrets
-// included) enter only the keyed digests of the inputs.
+// included) enter only the keyed digests of the inputs. The references come
+// from the one walk of them (stack.Refs); the inputs are those of configRef,
+// secretsRef, envRefs, envs and envSecrets (git credentials and the
+// deprecated accessTokenSecret are not inputs of updates).
 func (r *StackReconciler) readInputs(ctx context.Context, s *pulumiv1.Stack, src stack.Source) (stack.Inputs, error) {
 	in := stack.Inputs{Source: src, ConfigMapValues: map[string]string{}}
 	var values []stack.InputValue
-	for key, ref := range s.Spec.ConfigRef {
-		var cm corev1.ConfigMap
-		if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, &cm); err != nil {
-			if apierrors.IsNotFound(err) {
-				return in, sourceErrorf("configRef %s: configmap %s not found", key, ref.Name)
+	for _, ref := range stack.Refs(s) {
+		// The digest's labels ("configRef/<key>", "secretsRef <key>", ...)
+		// are part of every stored inputsDigest: changing one would run an
+		// update of every Stack.
+		switch ref.Field {
+		case stack.FieldConfigRef:
+			var cm corev1.ConfigMap
+			if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, &cm); err != nil {
+				if apierrors.IsNotFound(err) {
+					return in, sourceErrorf("configRef %s: configmap %s not found", ref.Entry, ref.Name)
+				}
+				return in, err
 			}
-			return in, err
-		}
-		v, ok := cm.Data[ref.Key]
-		if !ok {
-			return in, sourceErrorf("configRef %s: configmap %s has no key %s", key, ref.Name, ref.Key)
-		}
-		in.ConfigMapValues[key] = v
-		values = append(values, stack.InputValue{Ref: "configRef/" + key, Value: []byte(v)})
-	}
-	read := func(what string, ref pulumiv1.ResourceRef) error {
-		if ref.SelectorType != pulumiv1.ResourceSelectorSecret || ref.SecretRef == nil {
-			return nil
-		}
-		v, err := r.secretKey(ctx, s.Namespace, ref.SecretRef.Name, ref.SecretRef.Key)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		values = append(values, stack.InputValue{Ref: what, Value: []byte(v), AtStart: true})
-		return nil
-	}
-	for key, ref := range s.Spec.SecretRefs {
-		if err := read("secretsRef "+key, ref); err != nil {
-			return in, err
-		}
-	}
-	for name, ref := range s.Spec.EnvRefs {
-		if err := read("envRefs "+name, ref); err != nil {
-			return in, err
-		}
-	}
-	// The deprecated envs and envSecrets export whole objects; a missing one
-	// is the workspace's to report (Kubernetes waits for it).
-	for _, name := range s.Spec.Envs {
-		var cm corev1.ConfigMap
-		if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, &cm); err == nil {
-			for k, v := range cm.Data {
-				values = append(values, stack.InputValue{Ref: "envs/" + name + "/" + k, Value: []byte(v), AtStart: true})
+			v, ok := cm.Data[ref.Key]
+			if !ok {
+				return in, sourceErrorf("configRef %s: configmap %s has no key %s", ref.Entry, ref.Name, ref.Key)
 			}
-		} else if !apierrors.IsNotFound(err) {
-			return in, err
-		}
-	}
-	for _, name := range s.Spec.SecretEnvs {
-		var sec corev1.Secret
-		if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, &sec); err == nil {
-			for k, v := range sec.Data {
-				values = append(values, stack.InputValue{Ref: "envSecrets/" + name + "/" + k, Value: v, AtStart: true})
+			in.ConfigMapValues[ref.Entry] = v
+			values = append(values, stack.InputValue{Ref: "configRef/" + ref.Entry, Value: []byte(v)})
+		case stack.FieldSecretsRef, stack.FieldEnvRefs:
+			if ref.Kind != stack.KindSecret || ref.Name == "" {
+				continue // a literal, or the workspace's own environment or files
 			}
-		} else if !apierrors.IsNotFound(err) {
-			return in, err
+			what := ref.Field + " " + ref.Entry
+			v, err := r.secretKey(ctx, s.Namespace, ref.Name, ref.Key)
+			if err != nil {
+				return in, fmt.Errorf("%s: %w", what, err)
+			}
+			values = append(values, stack.InputValue{Ref: what, Value: []byte(v), AtStart: true})
+		case stack.FieldEnvs:
+			// The deprecated envs and envSecrets export whole objects; a
+			// missing one is the workspace's to report (Kubernetes waits
+			// for it).
+			var cm corev1.ConfigMap
+			if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, &cm); err == nil {
+				for k, v := range cm.Data {
+					values = append(values, stack.InputValue{Ref: "envs/" + ref.Name + "/" + k, Value: []byte(v), AtStart: true})
+				}
+			} else if !apierrors.IsNotFound(err) {
+				return in, err
+			}
+		case stack.FieldEnvSecrets:
+			var sec corev1.Secret
+			if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, &sec); err == nil {
+				for k, v := range sec.Data {
+					values = append(values, stack.InputValue{Ref: "envSecrets/" + ref.Name + "/" + k, Value: v, AtStart: true})
+				}
+			} else if !apierrors.IsNotFound(err) {
+				return in, err
+			}
 		}
 	}
 	in.Digest, in.StartDigest = stack.InputsDigests(r.DigestKey, values)

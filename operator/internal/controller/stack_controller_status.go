@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
 
@@ -38,11 +39,13 @@ func (c stackStates) Collect(ch chan<- prometheus.Metric) {
 	}
 	counts := map[string]float64{"ready": 0, "reconciling": 0, "stalled": 0}
 	for i := range list.Items {
-		conds := list.Items[i].Status.Conditions
+		// A Stack whose conditions describe an older spec is still being
+		// reconciled, whatever they say.
+		s := &list.Items[i]
 		switch {
-		case apimeta.IsStatusConditionTrue(conds, pulumiv1.StalledCondition):
+		case conditions.IsTrue(s, s.Status.Conditions, pulumiv1.StalledCondition):
 			counts["stalled"]++
-		case apimeta.IsStatusConditionTrue(conds, pulumiv1.ReadyCondition):
+		case conditions.IsTrue(s, s.Status.Conditions, pulumiv1.ReadyCondition):
 			counts["ready"]++
 		default:
 			counts["reconciling"]++

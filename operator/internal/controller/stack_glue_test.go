@@ -127,36 +127,82 @@ func TestCreateErrorInTerminatingNamespace(t *testing.T) {
 	}
 }
 
-// TestWorkspaceReadiness maps a Workspace's conditions onto the Stack.
+// TestWorkspaceReadiness: what a Stack makes of its Workspace's status. A
+// condition counts only for the generation it observed: a Workspace stalled
+// on the checkout of the previous commit, whose spec the Stack has just moved
+// to a fixing commit, is waited for, not a reason to stall the Stack at its
+// new generation.
 func TestWorkspaceReadiness(t *testing.T) {
-	ws := func(conds ...metav1.Condition) *autov1alpha1.Workspace {
-		w := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
-		w.Status.ObservedGeneration = 2
-		w.Status.Conditions = conds
-		return w
+	cond := func(typ string, status metav1.ConditionStatus, reason, msg string, gen int64) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen}
 	}
-	ready := metav1.Condition{Type: autov1alpha1.WorkspaceReady, Status: metav1.ConditionTrue, Reason: "Running"}
-	notReady := metav1.Condition{Type: autov1alpha1.WorkspaceReady, Status: metav1.ConditionFalse, Reason: "CrashLoopBackOff", Message: "pulumi: CrashLoopBackOff"}
-	stalledSrc := metav1.Condition{Type: autov1alpha1.WorkspaceStalled, Status: metav1.ConditionTrue, Reason: "SourceUnavailable", Message: "commit 0123 not found"}
-	stalledOther := metav1.Condition{Type: autov1alpha1.WorkspaceStalled, Status: metav1.ConditionTrue, Reason: "InstallationFailed", Message: "pulumi install failed"}
-	if err := workspaceReadiness(ws(ready)); err != nil {
-		t.Fatal(err)
+	readyAt := func(gen int64) metav1.Condition {
+		return cond(autov1alpha1.WorkspaceReady, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonRunning, "agent ready", gen)
 	}
-	var waiting *waitingError
-	var stalling *stallingError
-	if err := workspaceReadiness(ws(notReady)); !errors.As(err, &waiting) || !strings.Contains(waiting.msg, "waiting for the workspace: pulumi: CrashLoopBackOff") {
-		t.Fatalf("not ready: %v", err)
+	checkoutFailedAt := func(gen int64) []metav1.Condition {
+		return []metav1.Condition{
+			cond(autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonSourceUnavailable, "checkout of 1111111: no such commit", gen),
+			cond(autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonSourceUnavailable, "checkout of 1111111: no such commit", gen),
+		}
 	}
-	if err := workspaceReadiness(ws(notReady, stalledSrc)); !errors.As(err, &stalling) || stalling.reason != pulumiv1.StalledSourceUnavailableReason {
-		t.Fatalf("source unavailable: %v", err)
-	}
-	if err := workspaceReadiness(ws(notReady, stalledOther)); !errors.As(err, &stalling) || stalling.reason != pulumiv1.StalledWorkspaceFailedReason || !strings.Contains(stalling.msg, "pulumi install failed") {
-		t.Fatalf("workspace failed: %v", err)
-	}
-	stale := ws(ready)
-	stale.Generation = 3
-	if err := workspaceReadiness(stale); !errors.As(err, &waiting) {
-		t.Fatal("a Workspace that has not seen its spec is not ready")
+	for _, tc := range []struct {
+		name       string
+		generation int64
+		observed   int64
+		conds      []metav1.Condition
+		// want: "" ready, else "stalled <reason>" or "waiting"; msg a part
+		// of the message.
+		want, msg string
+	}{
+		{name: "ready at its generation", generation: 2, observed: 2, conds: []metav1.Condition{readyAt(2)}},
+		{name: "ready for the previous spec", generation: 3, observed: 2, conds: []metav1.Condition{readyAt(2)},
+			want: "waiting", msg: "waiting for the workspace to apply its new spec (generation 3)"},
+		{name: "ready condition current, observedGeneration not yet", generation: 3, observed: 2, conds: []metav1.Condition{readyAt(3)},
+			want: "waiting", msg: "waiting for the workspace: agent ready"},
+		{name: "not reconciled yet", generation: 1, want: "waiting", msg: "waiting for the workspace"},
+		{name: "failing while Kubernetes retries", generation: 2, observed: 2,
+			conds: []metav1.Condition{cond(autov1alpha1.WorkspaceReady, metav1.ConditionFalse, "CrashLoopBackOff", "pulumi: CrashLoopBackOff", 2)},
+			want:  "waiting", msg: "waiting for the workspace: pulumi: CrashLoopBackOff"},
+		{name: "initializing", generation: 2, observed: 1,
+			conds: []metav1.Condition{cond(autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing, "installing dependencies", 2)},
+			want:  "waiting", msg: "waiting for the workspace: installing dependencies"},
+		{name: "checkout failed at its generation", generation: 2, observed: 1, conds: checkoutFailedAt(2),
+			want: "stalled " + pulumiv1.StalledSourceUnavailableReason, msg: "workspace failed: checkout of 1111111: no such commit"},
+		{name: "installation failed at its generation", generation: 2, observed: 1,
+			conds: []metav1.Condition{cond(autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonInstallationFailed, "npm install failed", 2)},
+			want:  "stalled " + pulumiv1.StalledWorkspaceFailedReason, msg: "workspace failed: npm install failed"},
+		{name: "checkout failed for the previous spec (the fix is on its way)", generation: 3, observed: 1, conds: checkoutFailedAt(2),
+			want: "waiting", msg: "waiting for the workspace to apply its new spec (generation 3)"},
+		{name: "stalled without observedGeneration", generation: 3, observed: 1,
+			conds: []metav1.Condition{cond(autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonInstallationFailed, "npm install failed", 0)},
+			want:  "waiting", msg: "waiting for the workspace to apply its new spec (generation 3)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Name: "app", Generation: tc.generation},
+				Status: autov1alpha1.WorkspaceStatus{ObservedGeneration: tc.observed, Conditions: tc.conds}}
+			err := workspaceReadiness(ws)
+			var stalling *stallingError
+			var waiting *waitingError
+			got := ""
+			switch {
+			case err == nil:
+			case errors.As(err, &stalling):
+				got = "stalled " + stalling.reason
+			case errors.As(err, &waiting):
+				got = "waiting"
+				if waiting.reason != pulumiv1.ReconcilingProcessingReason {
+					t.Errorf("waiting reason %s", waiting.reason)
+				}
+			default:
+				t.Fatalf("unexpected error %v", err)
+			}
+			if got != tc.want {
+				t.Fatalf("workspaceReadiness = %q (%v), want %q", got, err, tc.want)
+			}
+			if tc.msg != "" && !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("message %q lacks %q", err, tc.msg)
+			}
+		})
 	}
 }
 

@@ -122,6 +122,9 @@ func (r *StackReconciler) reconcileCurrentUpdate(ctx context.Context, sc *stackS
 	if err != nil {
 		return err
 	}
+	// An Update runs once: Complete records that run, whatever became of
+	// its spec afterwards, so it is read whatever generation it observed
+	// (unlike a Workspace's conditions, conditions.Current).
 	complete := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete)
 	if complete == nil || complete.Status != metav1.ConditionTrue {
 		if driftCheckOnly(s, cu) {

@@ -73,6 +73,8 @@ type Options struct {
 	Stay bool
 	// Examples is the examples/argocd directory (default: the repository's).
 	Examples string
+	// ArgoCDVersion is the Argo CD build to run (default: argocd.V3).
+	ArgoCDVersion argocd.Version
 }
 
 // Summary is how the demo ended.
@@ -89,6 +91,8 @@ type Summary struct {
 	// ArgoCD says whether the real Argo CD synced (false: the fallback
 	// server-side-apply loop did).
 	ArgoCD bool
+	// ArgoCDVersion is the version of the Argo CD that synced, e.g. v3.2.11.
+	ArgoCDVersion string
 	// Kargo says whether the real Kargo promoted (false: the demo ran the
 	// tasks' steps).
 	Kargo bool
@@ -104,18 +108,20 @@ const verifierNamespace = "kargo-demo"
 
 // demo is one run's state.
 type demo struct {
-	o        Options
-	scr      *screen
-	start    time.Time
-	local    *devenv.Local
-	c        client.Client
-	argo     *argocd.Instance
-	git      *gitServer
-	program  *repo
-	mf       *repo
-	stages   []stage
-	analysis string
-	token    string
+	o     Options
+	scr   *screen
+	start time.Time
+	local *devenv.Local
+	c     client.Client
+	argo  *argocd.Instance
+	// argoVersion is the running Argo CD's version.
+	argoVersion string
+	git         *gitServer
+	program     *repo
+	mf          *repo
+	stages      []stage
+	analysis    string
+	token       string
 	// kargo is the real Kargo, when it runs.
 	kargo *kargoRun
 }
@@ -127,6 +133,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	if o.Examples == "" {
 		o.Examples = filepath.Join(substrate.RepoRoot(), "examples", "argocd")
+	}
+	if o.ArgoCDVersion == "" {
+		o.ArgoCDVersion = argocd.V3
 	}
 	d := &demo{o: o, start: time.Now()}
 	d.scr = newScreen(o.Out, o.Live, d.start)
@@ -148,7 +157,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	if d.argo != nil {
 		defer d.argo.Stop()
-		sum.ArgoCD = true
+		sum.ArgoCD, sum.ArgoCDVersion = true, d.argoVersion
 		if kb, rb, err := locateKargo(); err != nil {
 			say("Kargo is not run (%v): the demo performs the steps of its promotion tasks itself", err)
 		} else if err := d.startKargo(ctx, kb, rb); err != nil {
@@ -266,12 +275,13 @@ func scheme() *runtime.Scheme {
 // startArgoCD starts the real Argo CD, or says why it cannot and leaves
 // d.argo nil for the fallback sync loop.
 func (d *demo) startArgoCD(ctx context.Context) error {
-	build, err := argocd.Locate()
+	build, err := argocd.Locate(d.o.ArgoCDVersion)
 	if err != nil {
 		d.scr.Say("Argo CD is not available (%v): a server-side-apply loop syncs the manifests instead, in sync-wave order, without Argo CD's health or UI", err)
 		return nil
 	}
-	d.scr.Say("starting Argo CD v2.14.21 (application controller, repo server, API server) with Stackflow's health checks in argocd-cm")
+	d.argoVersion = build.Version
+	d.scr.Say("starting Argo CD %s (application controller, repo server, API server) with Stackflow's health checks in argocd-cm", build.Version)
 	if err := build.InstallCRDs(d.local.CP.Env); err != nil {
 		return fmt.Errorf("install Argo CD CRDs: %w", err)
 	}
@@ -570,6 +580,14 @@ func (d *demo) sync(ctx context.Context, st stage, revision string) error {
 			}
 			patch := client.MergeFrom(app.DeepCopy())
 			app.Operation = op
+			// Kargo's argocd-update asks for a hard refresh with the sync: the
+			// repository server resolves the tracked branch afresh, so the next
+			// comparison (and an automated sync after it) sees the pushed
+			// commit instead of the branch head it had cached.
+			if app.Annotations == nil {
+				app.Annotations = map[string]string{}
+			}
+			app.Annotations[argoappv1.AnnotationKeyRefresh] = string(argoappv1.RefreshTypeHard)
 			if err := d.c.Patch(ctx, app, patch); err != nil {
 				return fmt.Errorf("request the sync of %s: %w", st.App, err)
 			}
@@ -679,7 +697,7 @@ func (d *demo) summary(sum *Summary) {
 	fmt.Fprintf(w, "; each stage verified by the analysis service before the next was promoted.\n")
 	fmt.Fprintf(w, "  release 3 (%s) stopped at dev: %s.\n", short(sum.Broken), sum.Stopped.Reason)
 	if sum.ArgoCD {
-		fmt.Fprintln(w, "  Argo CD synced every stage, waiting on each Stack's health (Stackflow's health checks) between sync waves.")
+		fmt.Fprintf(w, "  Argo CD %s synced every stage, waiting on each Stack's health (Stackflow's health checks) between sync waves.\n", sum.ArgoCDVersion)
 	} else {
 		fmt.Fprintln(w, "  Argo CD was not available: a server-side-apply loop synced the manifests.")
 	}

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
-	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
 
 // Credentials are git credentials as values. Token, Password,
@@ -69,49 +68,6 @@ func (c Credentials) Fingerprint() string {
 		fmt.Fprintf(h, " app %q %q %q %q", a.AppID, a.InstallationID, a.PrivateKey, a.APIURL)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-// FromStack maps a Stack's spec.gitAuth to a Workspace's Secret references
-// (nil when the Stack has no git source or no gitAuth). Only references of
-// type Secret are supported; an error says which field is wrong.
-func FromStack(s *pulumiv1.Stack) (*autov1alpha1.GitAuth, error) {
-	if s.Spec.GitSource == nil || s.Spec.GitAuth == nil {
-		return nil, nil
-	}
-	var errs []string
-	sel := func(what string, r *pulumiv1.ResourceRef) *corev1.SecretKeySelector {
-		if r == nil {
-			return nil
-		}
-		if r.SelectorType != pulumiv1.ResourceSelectorSecret || r.SecretRef == nil {
-			errs = append(errs, fmt.Sprintf("gitAuth %s: only type Secret is supported, got %s", what, r.SelectorType))
-			return nil
-		}
-		return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.SecretRef.Name}, Key: r.SecretRef.Key}
-	}
-	ga := s.Spec.GitAuth
-	out := &autov1alpha1.GitAuth{Token: sel("accessToken", ga.PersonalAccessToken)}
-	if b := ga.BasicAuth; b != nil {
-		out.Username = sel("basicAuth.userName", &b.UserName)
-		out.Password = sel("basicAuth.password", &b.Password)
-	}
-	if k := ga.SSHAuth; k != nil {
-		out.SSHPrivateKey = sel("sshAuth.sshPrivateKey", &k.SSHPrivateKey)
-		out.Password = sel("sshAuth.password", k.Password)
-		out.KnownHosts = sel("sshAuth.knownHosts", k.KnownHosts)
-	}
-	if app := ga.GitHubApp; app != nil {
-		out.GitHubApp = &autov1alpha1.GitHubAppAuth{
-			AppID:          sel("githubApp.appID", &app.AppID),
-			InstallationID: sel("githubApp.installationID", &app.InstallationID),
-			PrivateKey:     sel("githubApp.privateKey", &app.PrivateKey),
-			APIURL:         app.APIURL,
-		}
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return out, nil
 }
 
 // Keys of the deprecated gitAuthSecret.

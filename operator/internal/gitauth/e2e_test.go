@@ -66,6 +66,11 @@ func noSecret(t *testing.T, err error, secrets ...string) {
 // installation, or a token the server does not accept fail clearly.
 func TestGitHubAppEndToEnd(t *testing.T) {
 	gh := fakegithub.New(t, "31337", "4001")
+	// The resolver and the agent exchange tokens through the process's
+	// default AppTokens: have it trust the fake's certificate.
+	saved := gitauth.DefaultAppTokens.Client
+	gitauth.DefaultAppTokens.Client = gh.Client()
+	t.Cleanup(func() { gitauth.DefaultAppTokens.Client = saved })
 	repo, srv := gitrepo.NewServedHTTP(t, "app.git", gh.Authorize)
 	want := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})
 	url := repo.HTTPURL(srv)

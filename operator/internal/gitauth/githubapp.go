@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/golang-jwt/jwt/v4"
 )
@@ -33,7 +36,7 @@ const (
 )
 
 // validate checks what must hold before a request is made: the installation
-// ID becomes part of a URL path.
+// ID becomes part of a URL path, and the API URL is where the request goes.
 func (a GitHubApp) validate() error {
 	if a.AppID == "" {
 		return &CredentialsError{msg: "githubApp.appID is empty"}
@@ -41,13 +44,83 @@ func (a GitHubApp) validate() error {
 	if a.InstallationID == "" || strings.Trim(a.InstallationID, "0123456789") != "" {
 		return &CredentialsError{msg: "githubApp.installationID must be the installation's numeric ID"}
 	}
-	if a.APIURL != "" {
-		u, err := url.Parse(a.APIURL)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return &CredentialsError{msg: fmt.Sprintf("githubApp.apiURL %q is not an http(s) URL", a.APIURL)}
-		}
+	return CheckAPIURL(a.APIURL, nil)
+}
+
+// APIURLRule says what CheckAPIURL, and the CRDs' validation of
+// githubApp.apiURL, accept.
+const APIURLRule = "githubApp.apiURL must be https://<host>[:<port>] with an empty path or a path ending in /api/v3 (GitHub Enterprise Server), and no user info, query or fragment"
+
+// APIURLPattern is the form of an acceptable apiURL (a host name or IPv4
+// address, an optional port, a path that is empty or ends in /api/v3 with
+// no "." segment and no escapes), the same regular expression as the CRDs'
+// validation rule (TestAPIURLPatternIsTheCRDs).
+const APIURLPattern = `^https://[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?((/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/api/v3)?/?$`
+
+var apiURLPattern = regexp.MustCompile(APIURLPattern)
+
+// CheckAPIURL checks a GitHub App's apiURL before anything is sent to it:
+// the token exchange POSTs a JWT there and reports part of the answer, so
+// whoever writes a Stack must not be able to point it at any URL the
+// operator can reach. It must be https with a host, no user info, query or
+// fragment (a "?" or "#" would cut off the path the operator appends), and a
+// path that is empty or ends in /api/v3 (APIURLPattern). With hosts (the
+// operator's --github-api-hosts) its host must be one of them: an entry
+// without a port allows the host on port 443 only. An empty apiURL means
+// GitHub.com's API and is always allowed. The error names the field and
+// never repeats the URL's user info.
+func CheckAPIURL(raw string, hosts []string) error {
+	if raw == "" {
+		return nil
+	}
+	if !apiURLPattern.MatchString(raw) {
+		return &CredentialsError{msg: APIURLRule + apiURLHint(raw)}
+	}
+	u, err := url.Parse(raw)
+	if err != nil { // the pattern admits only parsable URLs
+		return &CredentialsError{msg: APIURLRule}
+	}
+	if len(hosts) > 0 && !hostAllowed(u, hosts) {
+		return &CredentialsError{msg: fmt.Sprintf("githubApp.apiURL: host %s is not one the operator may reach for GitHub Apps (--github-api-hosts: %s)", u.Host, strings.Join(hosts, ", "))}
 	}
 	return nil
+}
+
+// apiURLHint says what is wrong with a refused apiURL, when it can tell.
+func apiURLHint(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return ""
+	case u.User != nil:
+		return "; remove the user info"
+	case u.Scheme != "https":
+		return fmt.Sprintf("; use https, not %q", u.Scheme)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(raw, "?#"):
+		return "; remove the query or fragment"
+	case u.Host != "" && u.EscapedPath() != "" && u.EscapedPath() != "/":
+		return fmt.Sprintf("; its path is %q", u.EscapedPath())
+	}
+	return ""
+}
+
+// hostAllowed: u's host is on the list (names compared case-insensitively;
+// an entry without a port stands for port 443).
+func hostAllowed(u *url.URL, hosts []string) bool {
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	for _, h := range hosts {
+		name, hport := h, "443"
+		if n, p, err := net.SplitHostPort(h); err == nil {
+			name, hport = n, p
+		}
+		if strings.EqualFold(strings.Trim(name, "[]"), u.Hostname()) && hport == port {
+			return true
+		}
+	}
+	return false
 }
 
 func (a GitHubApp) api() string {
@@ -189,7 +262,10 @@ func parseRSAKey(pem string) (*rsa.PrivateKey, error) {
 	return key, nil
 }
 
-var defaultAppClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}}
+// defaultAppClient follows no redirect: the exchange goes to the URL
+// CheckAPIURL accepted and nowhere else (GitHub does not redirect it).
+var defaultAppClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment},
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 func (a *AppTokens) exchange(ctx context.Context, app GitHubApp) (appToken, error) {
 	signed, err := jwtFor(app, a.now())
@@ -219,7 +295,7 @@ func (a *AppTokens) exchange(ctx context.Context, app GitHubApp) (appToken, erro
 		return appToken{}, fmt.Errorf("GitHub App installation token from %s: read response: %w", app.api(), err)
 	}
 	if resp.StatusCode != http.StatusCreated {
-		return appToken{}, tokenError(resp.StatusCode, body, app)
+		return appToken{}, tokenError(resp.StatusCode, body, app, signed)
 	}
 	var out struct {
 		Token     string    `json:"token"`
@@ -231,17 +307,20 @@ func (a *AppTokens) exchange(ctx context.Context, app GitHubApp) (appToken, erro
 	return appToken{token: out.Token, expires: out.ExpiresAt}, nil
 }
 
-// tokenError explains GitHub's answer: its message (bounded) and what to
-// check.
-func tokenError(status int, body []byte, app GitHubApp) error {
+// maxRemoteMessage bounds the part of the API's answer a TokenError
+// repeats.
+const maxRemoteMessage = 200
+
+// tokenError explains the API's refusal: the "message" of its JSON answer,
+// made fit for a status (remoteMessage), and what to check. Nothing else of
+// the answer is repeated: the apiURL is the Stack author's to choose, within
+// CheckAPIURL's limits, and the answer is theirs too.
+func tokenError(status int, body []byte, app GitHubApp, jwt string) error {
 	var gh struct {
 		Message string `json:"message"`
 	}
 	_ = json.Unmarshal(body, &gh)
-	msg := strings.TrimSpace(gh.Message)
-	if len(msg) > 200 {
-		msg = msg[:200] + "…"
-	}
+	msg := remoteMessage(gh.Message, jwt)
 	if msg == "" {
 		msg = http.StatusText(status)
 	}
@@ -255,6 +334,22 @@ func tokenError(status int, body []byte, app GitHubApp) error {
 		hint = "; check the App's permissions and that the installation is not suspended"
 	}
 	return &TokenError{Status: status, msg: fmt.Sprintf("GitHub App installation token: %s answered %d: %s%s", app.api(), status, msg, hint)}
+}
+
+// remoteMessage makes a message from a remote answer fit for a status: the
+// secrets (the JWT sent) masked, one line of printable characters, at most
+// maxRemoteMessage of them.
+func remoteMessage(msg string, secrets ...string) string {
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "[redacted]")
+		}
+	}
+	msg = strings.Join(strings.FieldsFunc(msg, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }), " ")
+	if r := []rune(msg); len(r) > maxRemoteMessage {
+		msg = string(r[:maxRemoteMessage]) + "…"
+	}
+	return msg
 }
 
 // IsPermanent reports an authentication error that retrying will not fix:

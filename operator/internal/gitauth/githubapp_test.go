@@ -54,7 +54,7 @@ func TestAppTokensCacheAndRefresh(t *testing.T) {
 	clk := &clock{t: time.Now()}
 	gh := fakegithub.New(t, "4242", "777")
 	gh.Now = clk.now
-	tokens := &AppTokens{Now: clk.now}
+	tokens := &AppTokens{Now: clk.now, Client: gh.Client()}
 	app := GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: gh.URL}
 	ctx := context.Background()
 
@@ -123,12 +123,24 @@ func TestAppTokensErrors(t *testing.T) {
 			[]string{"githubApp.installationID must be the installation's numeric ID"}, 0, true, 0},
 		{"bad API URL", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: "ftp://x"},
 			[]string{"githubApp.apiURL"}, 0, true, 0},
-		{"GitHub down", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: "http://127.0.0.1:1"},
+		{"GitHub down", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: "https://127.0.0.1:1"},
 			[]string{"GitHub App installation token", "127.0.0.1:1"}, 0, false, 0},
+		// A "?" or "#" would make the appended path a query or fragment:
+		// the POST would go to the path the Stack names.
+		{"a query cutting off the path", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: gh.URL + "/app/installations/777/access_tokens?"},
+			[]string{"githubApp.apiURL must be https://", "remove the query or fragment"}, 0, true, 0},
+		{"a fragment cutting off the path", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: gh.URL + "/app/installations/777/access_tokens#"},
+			[]string{"remove the query or fragment"}, 0, true, 0},
+		{"plain http", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: strings.Replace(gh.URL, "https:", "http:", 1)},
+			[]string{`use https, not "http"`}, 0, true, 0},
+		{"another path", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: gh.URL + "/internal/admin"},
+			[]string{`its path is "/internal/admin"`}, 0, true, 0},
+		{"user info", GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: strings.Replace(gh.URL, "https://", "https://admin:hunter2@", 1)},
+			[]string{"remove the user info"}, 0, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := gh.Calls()
-			_, err := (&AppTokens{}).Token(ctx, tc.app)
+			_, err := (&AppTokens{Client: gh.Client()}).Token(ctx, tc.app)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -137,7 +149,7 @@ func TestAppTokensErrors(t *testing.T) {
 					t.Errorf("error %q does not say %q", err, w)
 				}
 			}
-			for _, secret := range []string{gh.KeyPEM, otherKey, "c2VjcmV0", "BEGIN"} {
+			for _, secret := range []string{gh.KeyPEM, otherKey, "c2VjcmV0", "BEGIN", "hunter2"} {
 				if strings.Contains(err.Error(), secret) {
 					t.Errorf("error %q holds key material", err)
 				}
@@ -161,7 +173,7 @@ func TestAppTokensErrors(t *testing.T) {
 func TestMethodGitHubApp(t *testing.T) {
 	gh := fakegithub.New(t, "1", "2")
 	c := Credentials{GitHubApp: &GitHubApp{AppID: "1", InstallationID: "2", PrivateKey: gh.KeyPEM, APIURL: gh.URL + "/"}}
-	m, err := c.Method(context.Background(), &AppTokens{})
+	m, err := c.Method(context.Background(), &AppTokens{Client: gh.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}

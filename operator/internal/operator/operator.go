@@ -128,6 +128,10 @@ type Options struct {
 	// of its own: in branch resolution and, passed to the agents of both
 	// runtimes, in clones.
 	SSHKnownHosts string
+	// GitHubAPIHosts, when set (--github-api-hosts), are the only hosts a
+	// Stack's gitAuth.githubApp.apiURL may name; a Stack naming another is
+	// Stalled before any request is made.
+	GitHubAPIHosts []string
 }
 
 // InputsDigestKeySecret is the Secret (key "key") holding the key of the
@@ -219,7 +223,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	stacks := &controller.StackReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
 		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key, SSHKnownHosts: opts.SSHKnownHosts,
-		SecretPollInterval: opts.SecretPollInterval,
+		SecretPollInterval: opts.SecretPollInterval, GitHubAPIHosts: opts.GitHubAPIHosts,
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)

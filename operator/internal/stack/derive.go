@@ -19,7 +19,6 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 // StackNameLabel marks the Workspace and Updates of a Stack.
@@ -134,7 +133,7 @@ func Env(s *pulumiv1.Stack) ([]corev1.EnvVar, []corev1.EnvFromSource, error) {
 		env = append(env, corev1.EnvVar{Name: "PULUMI_BACKEND_URL", Value: s.Spec.Backend})
 	}
 	if s.Spec.AccessTokenSecret != "" {
-		env = append(env, secretEnv("PULUMI_ACCESS_TOKEN", s.Spec.AccessTokenSecret, "accessToken"))
+		env = append(env, secretEnv("PULUMI_ACCESS_TOKEN", s.Spec.AccessTokenSecret, AccessTokenKey))
 	}
 	for _, name := range sortedKeys(s.Spec.EnvRefs) {
 		ref := s.Spec.EnvRefs[name]
@@ -162,16 +161,6 @@ func Env(s *pulumiv1.Stack) ([]corev1.EnvVar, []corev1.EnvFromSource, error) {
 func secretEnv(name, secret, key string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}
-}
-
-// GitAuth maps spec.gitAuth to workspace credentials (Secret references
-// only); a reference it cannot map is a SpecError.
-func GitAuth(s *pulumiv1.Stack) (*autov1alpha1.GitAuth, error) {
-	ga, err := gitauth.FromStack(s)
-	if err != nil {
-		return nil, &SpecError{Msg: err.Error()}
-	}
-	return ga, nil
 }
 
 // Workspace derives the Stack's Workspace: source, stack configuration,

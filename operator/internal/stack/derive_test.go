@@ -152,14 +152,14 @@ func TestGitAuthDerivation(t *testing.T) {
 	s := baseStack()
 	tok := secretRef("git", "token")
 	s.Spec.GitAuth = &pulumiv1.GitAuthConfig{PersonalAccessToken: &tok}
-	ga, err := GitAuth(s)
+	ga, err := GitAuth(s, nil)
 	if err != nil || ga.Token == nil || ga.Token.Name != "git" || ga.Token.Key != "token" {
 		t.Fatalf("GitAuth = %+v, %v", ga, err)
 	}
 	lit := pulumiv1.ResourceRef{SelectorType: pulumiv1.ResourceSelectorLiteral, ResourceSelector: pulumiv1.ResourceSelector{LiteralRef: &pulumiv1.LiteralRef{Value: "t"}}}
 	s.Spec.GitAuth = &pulumiv1.GitAuthConfig{PersonalAccessToken: &lit}
 	var se *SpecError
-	if _, err := GitAuth(s); err == nil || !asSpecError(err, &se) || !strings.Contains(err.Error(), "gitAuth accessToken: only type Secret is supported") {
+	if _, err := GitAuth(s, nil); err == nil || !asSpecError(err, &se) || !strings.Contains(err.Error(), "gitAuth accessToken: only type Secret is supported") {
 		t.Fatalf("literal token: %v", err)
 	}
 }

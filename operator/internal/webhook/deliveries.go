@@ -10,40 +10,53 @@ import (
 // 36-character GUIDs).
 const maxDeliveryID = 128
 
-// Replay protection defaults: how long and how many accepted delivery IDs are
+// Replay protection defaults: how long and how many accepted deliveries are
 // remembered.
 const (
 	DefaultReplayWindow  = time.Hour
 	DefaultMaxDeliveries = 10000
 )
 
-// Deliveries remembers the IDs of accepted deliveries for Window, at most
-// Max of them (the oldest forgotten first), so a captured delivery sent
-// again is refused. GitHub signs the body only, with no timestamp: the
-// delivery ID is what tells a replay. The memory is the replica's own — a
-// replay to another replica is accepted, which costs one early branch
-// listing, as a push notes only that a branch should be listed again.
+// Deliveries remembers accepted deliveries for Window, at most Max of them
+// (the oldest forgotten first), by their delivery ID and by the digest of
+// their signed payload, so a captured delivery sent again is refused: as is,
+// and under a new delivery ID too. GitHub signs the body only, with no
+// timestamp, so X-GitHub-Delivery is not covered by the signature; every
+// push payload differs from the last (its commits, its repository's pushed_at),
+// so a payload seen again is a replay. The memory is the replica's own — a
+// replay to another replica, or after the window, is accepted, which costs
+// one early branch listing, as a push notes only that a branch should be
+// listed again.
 type Deliveries struct {
-	// Window is how long an ID is remembered; 0 means DefaultReplayWindow.
+	// Window is how long a delivery is remembered; 0 means
+	// DefaultReplayWindow.
 	Window time.Duration
-	// Max bounds the IDs remembered; 0 means DefaultMaxDeliveries.
+	// Max bounds the deliveries remembered; 0 means DefaultMaxDeliveries.
 	Max int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
 	mu    sync.Mutex
-	seen  map[string]time.Time
-	order []seenAt // in the order reserved, for expiry and the bound
+	seen  map[string]*delivery // by idKey and by payloadKey
+	order []*delivery          // in the order reserved, for expiry and the bound
+	live  int                  // deliveries remembered (not released, not expired)
 }
 
-type seenAt struct {
-	id string
-	at time.Time
+// delivery is one accepted (or being handled) delivery.
+type delivery struct {
+	id, digest string
+	at         time.Time
+	gone       bool // released or expired
 }
 
-// reserve records id unless it is remembered (or being handled): false
-// means a replay.
-func (d *Deliveries) reserve(id string) bool {
+// Keys of seen: a delivery ID and a payload digest never collide.
+func idKey(id string) string          { return "id:" + id }
+func payloadKey(digest string) string { return "payload:" + digest }
+
+// reserve records a delivery by its ID and its payload's digest unless
+// either is remembered (or being handled); it says which one was, for the
+// answer to a replay.
+func (d *Deliveries) reserve(id, digest string) (ok bool, replayed string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now
@@ -52,27 +65,44 @@ func (d *Deliveries) reserve(id string) bool {
 	}
 	t := now()
 	d.expire(t, 0)
-	if _, ok := d.seen[id]; ok {
-		return false
+	if d.seen[idKey(id)] != nil {
+		return false, "delivery " + id + " was already accepted (a replay?)"
 	}
-	d.expire(t, 1) // room for id
+	if prev := d.seen[payloadKey(digest)]; prev != nil {
+		return false, "this payload was already accepted as delivery " + prev.id + " (a replay under a new delivery ID?)"
+	}
+	d.expire(t, 1) // room for this one
 	if d.seen == nil {
-		d.seen = map[string]time.Time{}
+		d.seen = map[string]*delivery{}
 	}
-	d.seen[id] = t
-	d.order = append(d.order, seenAt{id, t})
-	return true
+	e := &delivery{id: id, digest: digest, at: t}
+	d.seen[idKey(id)], d.seen[payloadKey(digest)] = e, e
+	d.order = append(d.order, e)
+	d.live++
+	return true, ""
 }
 
-// release forgets id (its delivery was not accepted, and may be redelivered).
-func (d *Deliveries) release(id string) {
+// release forgets a delivery that was not accepted: it may be redelivered.
+func (d *Deliveries) release(id, digest string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.seen, id) // its entry in order is skipped when it expires
+	if e := d.seen[idKey(id)]; e != nil && e.digest == digest {
+		d.forget(e) // its place in order is skipped when it comes first
+	}
 }
 
-// expire forgets IDs older than the window and, when room more are to be
-// remembered, the oldest beyond the bound.
+func (d *Deliveries) forget(e *delivery) {
+	if e.gone {
+		return
+	}
+	e.gone = true
+	delete(d.seen, idKey(e.id))
+	delete(d.seen, payloadKey(e.digest))
+	d.live--
+}
+
+// expire forgets deliveries older than the window and, when room more are
+// to be remembered, the oldest beyond the bound.
 func (d *Deliveries) expire(now time.Time, room int) {
 	window, max := d.Window, d.Max
 	if window <= 0 {
@@ -83,22 +113,16 @@ func (d *Deliveries) expire(now time.Time, room int) {
 	}
 	drop := 0
 	for _, e := range d.order {
-		// An entry is current while the map holds its time (a released and
-		// reserved again ID has a newer entry further on).
-		at, ok := d.seen[e.id]
-		current := ok && at.Equal(e.at)
-		if current && !expired(at, now, window) && len(d.seen)+room <= max {
+		if !e.gone && !expired(e.at, now, window) && d.live+room <= max {
 			break
 		}
-		if current {
-			delete(d.seen, e.id)
-		}
+		d.forget(e)
 		drop++
 	}
 	d.order = d.order[drop:]
 }
 
-// expired decides whether an ID seen at seen is forgotten at now.
+// expired decides whether a delivery seen at seen is forgotten at now.
 func expired(seen, now time.Time, window time.Duration) bool {
 	return now.Sub(seen) >= window
 }

@@ -1,9 +1,10 @@
 // Package webhook receives git push notifications so a pushed commit deploys in
 // seconds instead of at the next poll: GitHub `push` events, authenticated by
 // their HMAC-SHA256 signature (checked before anything else is spent on the
-// request, rate-limit budget included), refused when a delivery ID already
-// accepted comes again (a replay), rate-limited, size-capped, and served
-// with read, write and idle timeouts (NewServer).
+// request, rate-limit budget included), refused when a delivery ID or a
+// signed payload already accepted comes again (a replay, under its own
+// delivery ID or a new one: the ID is not signed), rate-limited,
+// size-capped, and served with read, write and idle timeouts (NewServer).
 //
 // It imports only the standard library and golang.org/x/time/rate.
 package webhook
@@ -44,8 +45,9 @@ type GitHub struct {
 	// OnPush is called for each verified push to a branch; an error answers
 	// 503, so GitHub shows the delivery as failed and it can be redelivered.
 	OnPush func(Push) error
-	// Deliveries remembers accepted delivery IDs (X-GitHub-Delivery, one per
-	// event, kept by redeliveries) to refuse replays; nil remembers nothing.
+	// Deliveries remembers accepted deliveries by ID (X-GitHub-Delivery, one
+	// per event, kept by redeliveries) and by the digest of their signed
+	// payload, to refuse replays; nil remembers nothing.
 	Deliveries *Deliveries
 }
 
@@ -76,20 +78,24 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.Header.Get("X-GitHub-Delivery")
+	sum := sha256.Sum256(body) // the signed payload's digest
+	digest := hex.EncodeToString(sum[:])
 	if g.Deliveries != nil {
 		if id == "" || len(id) > maxDeliveryID {
 			http.Error(w, "missing or malformed X-GitHub-Delivery", http.StatusBadRequest)
 			return
 		}
-		if !g.Deliveries.reserve(id) {
-			http.Error(w, "delivery "+id+" was already accepted (a replay?)", http.StatusConflict)
+		// The delivery ID is not signed: a captured payload is refused
+		// under any ID.
+		if ok, replayed := g.Deliveries.reserve(id, digest); !ok {
+			http.Error(w, replayed, http.StatusConflict)
 			return
 		}
 	}
 	accepted := false
 	defer func() {
 		if g.Deliveries != nil && !accepted {
-			g.Deliveries.release(id) // a failed delivery may come again
+			g.Deliveries.release(id, digest) // a failed delivery may come again
 		}
 	}()
 	if g.Limiter != nil && !g.Limiter.Allow() {

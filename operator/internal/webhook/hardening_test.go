@@ -16,7 +16,17 @@ import (
 )
 
 func deliver(g *GitHub, id, sig string) int {
-	req := httptest.NewRequest(http.MethodPost, "/webhooks/github", strings.NewReader(pushBody))
+	return deliverBody(g, id, pushBody, sig)
+}
+
+// pushOf is a push payload of its own: GitHub's always differ (commits,
+// the repository's pushed_at).
+func pushOf(n int) string {
+	return strings.Replace(pushBody, `"ref"`, fmt.Sprintf(`"after":"%040d","ref"`, n), 1)
+}
+
+func deliverBody(g *GitHub, id, body, sig string) int {
+	req := httptest.NewRequest(http.MethodPost, "/webhooks/github", strings.NewReader(body))
 	req.Header.Set("X-GitHub-Event", "push")
 	if id != "" {
 		req.Header.Set("X-GitHub-Delivery", id)
@@ -46,17 +56,17 @@ func TestUnsignedRequestsSpendNoBudget(t *testing.T) {
 	if code := deliver(g, "real-1", Sign(secret, []byte(pushBody))); code != http.StatusAccepted {
 		t.Fatalf("the real delivery after the flood: HTTP %d, want 202 (the burst of 1 was kept for it)", code)
 	}
-	if code := deliver(g, "real-2", Sign(secret, []byte(pushBody))); code != http.StatusTooManyRequests {
+	second := pushOf(2)
+	if code := deliverBody(g, "real-2", second, Sign(secret, []byte(second))); code != http.StatusTooManyRequests {
 		t.Fatalf("a second real delivery beyond the limit: HTTP %d, want 429", code)
 	}
-	if code := deliver(g, "real-2", Sign(secret, []byte(pushBody))); code != http.StatusTooManyRequests {
+	if code := deliverBody(g, "real-2", second, Sign(secret, []byte(second))); code != http.StatusTooManyRequests {
 		t.Fatalf("the rate-limited delivery was remembered as accepted: HTTP %d", code)
 	}
 }
 
 func TestReplays(t *testing.T) {
 	secret := []byte("webhook-secret")
-	sig := Sign(secret, []byte(pushBody))
 	fail := true
 	pushes := 0
 	g := &GitHub{Secret: secret, Deliveries: &Deliveries{}, OnPush: func(Push) error {
@@ -66,24 +76,39 @@ func TestReplays(t *testing.T) {
 		}
 		return nil
 	}}
+	other := pushOf(2)
 	steps := []struct {
 		what string
 		id   string
+		body string
 		want int
+		say  string
 	}{
-		{"no delivery ID", "", http.StatusBadRequest},
-		{"an oversized delivery ID", strings.Repeat("x", 129), http.StatusBadRequest},
-		{"a delivery that could not be recorded", "d-1", http.StatusServiceUnavailable},
-		{"its redelivery (same ID, now recorded)", "d-1", http.StatusAccepted},
-		{"a replay of it", "d-1", http.StatusConflict},
-		{"another delivery", "d-2", http.StatusAccepted},
+		{"no delivery ID", "", pushBody, http.StatusBadRequest, "X-GitHub-Delivery"},
+		{"an oversized delivery ID", strings.Repeat("x", 129), pushBody, http.StatusBadRequest, "X-GitHub-Delivery"},
+		{"a delivery that could not be recorded", "d-1", pushBody, http.StatusServiceUnavailable, "redeliver"},
+		{"its redelivery (same ID, now recorded)", "d-1", pushBody, http.StatusAccepted, ""},
+		{"a replay of it", "d-1", pushBody, http.StatusConflict, "delivery d-1 was already accepted"},
+		// X-GitHub-Delivery is not signed: a captured payload under a new
+		// ID is a replay too.
+		{"its payload under a new delivery ID", "forged-id", pushBody, http.StatusConflict, "this payload was already accepted as delivery d-1"},
+		{"another delivery", "d-2", other, http.StatusAccepted, ""},
 	}
 	for _, s := range steps {
 		if s.what == "its redelivery (same ID, now recorded)" {
 			fail = false
 		}
-		if got := deliver(g, s.id, sig); got != s.want {
-			t.Fatalf("%s: HTTP %d, want %d", s.what, got, s.want)
+		sig := Sign(secret, []byte(s.body))
+		req := httptest.NewRequest(http.MethodPost, "/webhooks/github", strings.NewReader(s.body))
+		req.Header.Set("X-GitHub-Event", "push")
+		if s.id != "" {
+			req.Header.Set("X-GitHub-Delivery", s.id)
+		}
+		req.Header.Set("X-Hub-Signature-256", sig)
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		if rec.Code != s.want || !strings.Contains(rec.Body.String(), s.say) {
+			t.Fatalf("%s: HTTP %d %q, want %d saying %q", s.what, rec.Code, rec.Body.String(), s.want, s.say)
 		}
 	}
 	if pushes != 3 {
@@ -94,33 +119,46 @@ func TestReplays(t *testing.T) {
 func TestDeliveriesForget(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	d := &Deliveries{Window: time.Hour, Max: 3, Now: func() time.Time { return now }}
+	reserve := func(id string) bool { ok, _ := d.reserve(id, "payload of "+id); return ok }
 	for _, id := range []string{"a", "b", "c"} {
-		if !d.reserve(id) {
+		if !reserve(id) {
 			t.Fatalf("first %s refused", id)
 		}
 		now = now.Add(time.Minute)
 	}
-	if d.reserve("a") {
+	if reserve("a") {
 		t.Fatal("a replay within the window was accepted")
 	}
-	// The bound: a fourth ID forgets the oldest.
-	if !d.reserve("d") || !d.reserve("a") {
-		t.Fatal("after the bound, the oldest ID should be forgotten")
+	if ok, why := d.reserve("x", "payload of b"); ok || !strings.Contains(why, "as delivery b") {
+		t.Fatalf("a payload replayed under a new ID: %v %q", ok, why)
 	}
-	// Released (not accepted) and reserved again: one current entry.
-	d.release("d")
-	if !d.reserve("d") || d.reserve("d") {
+	// The bound: a fourth delivery forgets the oldest.
+	if !reserve("d") || !reserve("a") {
+		t.Fatal("after the bound, the oldest delivery should be forgotten")
+	}
+	// Released (not accepted) and reserved again: one current entry; its
+	// payload is free again too.
+	d.release("d", "payload of d")
+	if ok, _ := d.reserve("d2", "payload of d"); !ok {
+		t.Fatal("a released delivery's payload is still remembered")
+	}
+	d.release("d2", "payload of d")
+	if !reserve("d") || reserve("d") {
 		t.Fatal("a released ID is new once, then remembered")
+	}
+	d.release("d", "another payload") // not the delivery reserved: nothing
+	if reserve("d") {
+		t.Fatal("a release of another payload forgot the delivery")
 	}
 	// The window.
 	now = now.Add(time.Hour)
 	for _, id := range []string{"a", "c", "d"} {
-		if !d.reserve(id) {
+		if !reserve(id) {
 			t.Fatalf("%s refused after the window", id)
 		}
 	}
-	if len(d.seen) > 3 || len(d.order) > 6 {
-		t.Fatalf("memory not bounded: %d IDs, %d entries", len(d.seen), len(d.order))
+	if d.live > 3 || len(d.seen) > 6 || len(d.order) > 6 {
+		t.Fatalf("memory not bounded: %d deliveries, %d keys, %d entries", d.live, len(d.seen), len(d.order))
 	}
 }
 

@@ -159,6 +159,37 @@ func TestAdmissionRules(t *testing.T) {
 		{"update type refresh", "apiVersion: auto.pulumi.com/v1alpha1\nkind: Update\nmetadata:\n  name: good-type\nspec:\n  workspaceName: w\n  stackName: dev\n  type: refresh\n", ""},
 		{"workspace with two sources", "apiVersion: auto.pulumi.com/v1alpha1\nkind: Workspace\nmetadata:\n  name: two\nspec:\n  git: {url: https://example.com/r, ref: main}\n  local: {dir: /p}\n", "set at most one program source among spec.git, spec.flux and spec.local"},
 	}
+	// githubApp.apiURL: the operator POSTs a JWT there and reports part of
+	// the answer, so only a GitHub API URL is accepted (the same pattern as
+	// gitauth.CheckAPIURL).
+	app := func(url string) string {
+		ref := "{type: Secret, secret: {name: app, key: k}}"
+		return repo + "branch: main\ngitAuth:\n  githubApp:\n    appID: " + ref + "\n    installationID: " + ref + "\n    privateKey: " + ref + "\n    apiURL: \"" + url + "\""
+	}
+	const apiURLRule = "githubApp.apiURL must be https://<host>[:<port>] with an empty path or a path ending in /api/v3 (GitHub Enterprise Server), and no user info, query or fragment"
+	for i, tc := range []struct{ url, wantErr string }{
+		{"https://api.github.com", ""},
+		{"https://ghe.example.com/api/v3", ""},
+		{"https://ghe.example.com:8443/api/v3/", ""},
+		{"http://ghe.example.com/api/v3", apiURLRule},
+		{"https://metadata.internal/computeMetadata/v1/?x=", apiURLRule},
+		{"https://ghe.example.com/api/v3?", apiURLRule},
+		{"https://ghe.example.com/api/v3#", apiURLRule},
+		{"https://user:secret@ghe.example.com/api/v3", apiURLRule},
+		{"https://ghe.example.com/admin", apiURLRule},
+		{"https://ghe.example.com/../api/v3", apiURLRule},
+	} {
+		cases = append(cases, struct {
+			name     string
+			manifest string
+			wantErr  string
+		}{"apiURL " + tc.url, stack(fmt.Sprintf("app-url-%d", i), app(tc.url)), tc.wantErr})
+	}
+	cases = append(cases, struct {
+		name     string
+		manifest string
+		wantErr  string
+	}{"workspace apiURL with a query", "apiVersion: auto.pulumi.com/v1alpha1\nkind: Workspace\nmetadata:\n  name: ws-app-url\nspec:\n  git:\n    url: https://example.com/r\n    ref: main\n    auth:\n      githubApp:\n        appID: {name: app, key: k}\n        installationID: {name: app, key: k}\n        privateKey: {name: app, key: k}\n        apiURL: \"https://internal/x?\"\n", apiURLRule})
 	ns := cp.Namespace(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

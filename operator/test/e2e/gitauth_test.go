@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
 )
@@ -115,6 +117,18 @@ func TestStackGitAuthGitHubApp(t *testing.T) {
 	e := newEnv(t)
 	e.opts.StackResyncOverride = time.Second
 	e.opts.SecretPollInterval = time.Second
+	// The fake GitHub serves HTTPS (the only apiURL accepted) with a test
+	// authority, trusted as a GitHub Enterprise Server's private one is: the
+	// workspace agents through SSL_CERT_FILE, the operator in this process
+	// through its token exchange's client.
+	caFile := filepath.Join(t.TempDir(), "fake-github-ca.pem")
+	if err := os.WriteFile(caFile, fakegithub.CAPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.opts.AgentEnv["SSL_CERT_FILE"] = caFile
+	saved := gitauth.DefaultAppTokens.Client
+	gitauth.DefaultAppTokens.Client = gh.Client()
+	t.Cleanup(func() { gitauth.DefaultAppTokens.Client = saved })
 	startOperator(t, e.opts)
 
 	sec := createSecret(t, e.ns, "github-app", map[string]string{"id": "5150", "installation": "9002\n", "key.pem": gh.KeyPEM})

@@ -44,7 +44,7 @@ func TestPushWebhookDeploysInSeconds(t *testing.T) {
 	sha2 := repo.Commit(t, "v2", map[string]string{"README.md": "second"})
 
 	body := []byte(`{"ref":"refs/heads/main","repository":{"clone_url":"` + repo.URL() + `","html_url":"https://example.com/acme/infra"}}`)
-	const delivery = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+	delivery := "72d3162e-cc78-11e3-81ab-4c9367dc0958"
 	post := func(sig string) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+op.WebhookAddr+"/webhooks/github", bytes.NewReader(body))
 		req.Header.Set("X-GitHub-Event", "push")
@@ -89,6 +89,12 @@ func TestPushWebhookDeploysInSeconds(t *testing.T) {
 	// remembered: the accepted post used their delivery ID.)
 	if code := post(webhook.Sign([]byte(secret), body)); code != http.StatusConflict {
 		t.Fatalf("replayed push: HTTP %d, want 409", code)
+	}
+	// The delivery ID is not signed: the captured payload under a new one
+	// is a replay too.
+	delivery = "0b1e5c1a-0000-4000-8000-000000000001"
+	if code := post(webhook.Sign([]byte(secret), body)); code != http.StatusConflict {
+		t.Fatalf("push replayed under a new delivery ID: HTTP %d, want 409", code)
 	}
 }
 

@@ -7,19 +7,27 @@
 //     ID, iat in the past, exp at most 10 minutes ahead and not passed), the
 //     documented headers and the installation ID, answers 201 with a token and
 //     its expiry, and GitHub-shaped errors otherwise. It counts calls and tells
-//     which tokens it issued, so a git server can accept only those.
+//     which tokens it issued, so a git server can accept only those. It serves
+//     HTTPS, as the operator accepts no other API URL, with a certificate of a
+//     test authority (CAPEM) that Client trusts.
 //   - Enterprise, a GitHub Enterprise Server serving git and the pull request
 //     API that Kargo's git-open-pr and git-wait-for-pr steps use.
 package fakegithub
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -32,7 +40,7 @@ import (
 
 // Server is the fake GitHub API.
 type Server struct {
-	// URL is the API's base URL (githubApp.apiURL).
+	// URL is the API's base URL (githubApp.apiURL): https://127.0.0.1:<port>.
 	URL string
 	// AppID is the App's ID; Installations are its installations' IDs.
 	AppID         string
@@ -57,10 +65,67 @@ func New(t testing.TB, appID string, installations ...string) *Server {
 	t.Helper()
 	s := &Server{AppID: appID, Installations: installations, Key: NewKey(t), TokenTTL: time.Hour, issued: map[string]time.Time{}}
 	s.KeyPEM = PEM(s.Key)
-	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert(t)}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s
+}
+
+// Client is an HTTP client that trusts the fake's certificate (and no
+// other), follows no redirects and uses no proxy.
+func (s *Server) Client() *http.Client {
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(CAPEM())
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+var (
+	caOnce sync.Once
+	caPEM  []byte
+	caCert tls.Certificate
+	caErr  error
+)
+
+// CAPEM is the PEM certificate every fake GitHub of this process serves
+// with (self-signed, for 127.0.0.1 and localhost): a process that must trust
+// the fakes without a Client of theirs (a workspace agent) gets it in a file
+// named by SSL_CERT_FILE, as a GitHub Enterprise Server's private authority
+// is trusted in production.
+func CAPEM() []byte {
+	caOnce.Do(func() {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			caErr = err
+			return
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fake GitHub"},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			IsCA: true, BasicConstraintsValid: true,
+			KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: []string{"localhost"},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			caErr = err
+			return
+		}
+		caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+		caCert = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	})
+	return caPEM
+}
+
+func serverCert(t testing.TB) tls.Certificate {
+	t.Helper()
+	if CAPEM(); caErr != nil {
+		t.Fatalf("fake GitHub certificate: %v", caErr)
+	}
+	return caCert
 }
 
 // NewKey makes a 2048-bit RSA key, as GitHub issues.

@@ -53,7 +53,7 @@ func TestServerIsStrict(t *testing.T) {
 					req.Header.Set(k, v)
 				}
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := s.Client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

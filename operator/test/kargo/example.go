@@ -53,7 +53,8 @@ type Example struct {
 	Project *unstructured.Unstructured
 	// Objects are the rest of `kubectl apply -k examples/kargo`:
 	// ProjectConfig, Warehouse, Stages, AnalysisTemplate, the verifier's
-	// ServiceAccount, token Secret and RoleBinding.
+	// ServiceAccount, token Secret and RoleBinding, and its token
+	// refresher's ServiceAccount, Role, RoleBinding and CronJob.
 	Objects []*unstructured.Unstructured
 	// Argo are examples/kargo/argocd's AppProject and Applications.
 	Argo []*unstructured.Unstructured

@@ -18,7 +18,9 @@
 // is bind-mounted at /usr/local/bin; the machine's /usr/local/bin is not
 // touched.
 //
-// It imports substrate (for the repository root and the build's location).
+// It imports substrate (for the repository root and the build's location),
+// fakegithub and hostproxy (the hosts the example reaches by name), and
+// analysis/tokensecret (the example's token refresh).
 package kargo
 
 import (
@@ -74,15 +76,11 @@ type Build struct {
 	CRDs string
 }
 
-// Locate finds the Kargo build (substrate.Paths.Kargo: `hack/substrate.sh env`,
-// or $STACKFLOW_KARGO). It returns an error wrapping ErrNoSource, with the
-// reason to print when skipping, when ../shared/kargo/src is absent, and an
-// error naming the command to run when the build is missing.
+// Locate finds the Kargo build (substrate.Paths.Kargo). When it is not built,
+// it returns an error wrapping ErrNoSource, with the reason to print when
+// skipping, where Kargo's source is absent (so it cannot be built here), and
+// otherwise an error naming the command that builds it.
 func Locate() (Build, error) {
-	src := substrate.KargoSource()
-	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
-		return Build{}, fmt.Errorf("%w: Kargo's source is not at %s (shared reference data beside the repository root), so Kargo is not built here", ErrNoSource, src)
-	}
 	p, err := substrate.Locate()
 	if err != nil {
 		return Build{}, err
@@ -90,7 +88,11 @@ func Locate() (Build, error) {
 	b := Build{Binary: filepath.Join(p.Kargo, "kargo"), CredentialHelper: filepath.Join(p.Kargo, "credential-helper"), CRDs: filepath.Join(p.Kargo, "crds")}
 	for _, f := range []string{b.Binary, b.CredentialHelper, b.CRDs} {
 		if _, err := os.Stat(f); err != nil {
-			return Build{}, fmt.Errorf("kargo %s not built (%v): run `./hack/substrate.sh kargo` (about 15 minutes cold)", Version, err)
+			src := substrate.KargoSource()
+			if _, serr := os.Stat(filepath.Join(src, "go.mod")); serr != nil {
+				return Build{}, fmt.Errorf("%w: Kargo's source is not at %s (shared reference data beside the repository root), so Kargo is not built here", ErrNoSource, src)
+			}
+			return Build{}, fmt.Errorf("kargo %s not built (%v): run `./hack/substrate.sh kargo` (`./hack/substrate.sh plan kargo` says how long it takes)", Version, err)
 		}
 	}
 	return b, nil

@@ -2,6 +2,7 @@ package kargo
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/stackflow-io/stackflow/analysis/tokensecret"
 	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
 	"github.com/stackflow-io/stackflow/operator/test/hostproxy"
 )
@@ -91,8 +93,8 @@ type Pipeline struct {
 // example's AppProject and Applications, the Project (Kargo creates its
 // namespace), the git credentials, and the project's objects but the
 // Warehouse. It seeds the manifests repository on a GitHub Enterprise server
-// with the example's manifests/, and fills the verifier's token Secret, as
-// Kubernetes' token controller would (a bare control plane runs none).
+// with the example's manifests/, and fills the verifier's token Secret as
+// the example's CronJob does (refreshToken).
 // StartWarehouse then starts the flow. Close stops the GitHub server.
 func StartPipeline(ctx context.Context, o PipelineOptions) (_ *Pipeline, err error) {
 	say := o.Say
@@ -195,10 +197,10 @@ func StartPipeline(ctx context.Context, o PipelineOptions) (_ *Pipeline, err err
 			return nil, err
 		}
 	}
-	if err := fillToken(ctx, o.Client, o.Config, p.Namespace, "stackflow-verifier", "stackflow-verifier-token"); err != nil {
+	if err := p.refreshToken(ctx, o.Config); err != nil {
 		return nil, err
 	}
-	say("applied examples/kargo: Project kargo-demo, ProjectConfig, Stages dev, preview, test, prod, the verifier's identity, and the git credentials for the manifests repository")
+	say("applied examples/kargo: Project kargo-demo, ProjectConfig, Stages dev, preview, test, prod, the verifier's identity and its token refresher (run once), and the git credentials for the manifests repository")
 	return p, nil
 }
 
@@ -276,25 +278,55 @@ func (p *Pipeline) seedManifests(ctx context.Context) error {
 	return nil
 }
 
-// fillToken puts a token of the ServiceAccount into its
-// kubernetes.io/service-account-token Secret, as Kubernetes' token
-// controller does.
-func fillToken(ctx context.Context, c client.Client, cfg *rest.Config, ns, sa, secret string) error {
-	cs, err := kubernetes.NewForConfig(cfg)
+// refreshToken fills the verifier's token Secret as the example's CronJob
+// does when it first runs (the walk-through runs it once by hand after the
+// apply; a bare control plane runs no CronJobs): `stackflow-analysis
+// refresh-token` with the CronJob's args, as the CronJob's ServiceAccount
+// (its token for the API server, as its pod would mount), so that only the
+// RBAC the example grants it is used.
+func (p *Pipeline) refreshToken(ctx context.Context, cfg *rest.Config) error {
+	var cron *unstructured.Unstructured
+	for _, u := range p.Example.Objects {
+		if u.GetKind() == "CronJob" && u.GetName() == "stackflow-verifier-token" {
+			cron = u
+		}
+	}
+	if cron == nil {
+		return fmt.Errorf("examples/kargo has no CronJob stackflow-verifier-token")
+	}
+	containers, _, err := unstructured.NestedSlice(cron.Object, "spec", "jobTemplate", "spec", "template", "spec", "containers")
+	if err != nil || len(containers) == 0 {
+		return fmt.Errorf("CronJob stackflow-verifier-token: no containers (%v)", err)
+	}
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	sa, _, _ := unstructured.NestedString(cron.Object, "spec", "jobTemplate", "spec", "template", "spec", "serviceAccountName")
+	if len(args) == 0 || args[0] != "refresh-token" || sa == "" {
+		return fmt.Errorf("CronJob stackflow-verifier-token runs %q as %q, want refresh-token as its ServiceAccount", args, sa)
+	}
+	var o tokensecret.Options
+	fs := flag.NewFlagSet("refresh-token", flag.ContinueOnError)
+	o.BindFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("CronJob stackflow-verifier-token's args: %w", err)
+	}
+	admin, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	expiry := int64(24 * 3600)
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	tr, err := admin.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("a token for %s/%s: %w", ns, sa, err)
+		return fmt.Errorf("a token for %s/%s: %w", p.Namespace, sa, err)
 	}
-	sec := &corev1.Secret{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secret}, sec); err != nil {
+	asCron := rest.AnonymousClientConfig(cfg)
+	asCron.BearerToken = tr.Status.Token
+	if o.Client, err = kubernetes.NewForConfig(asCron); err != nil {
 		return err
 	}
-	sec.Data = map[string][]byte{"token": []byte(tr.Status.Token)}
-	return c.Update(ctx, sec)
+	o.Namespace = p.Namespace
+	if _, err := tokensecret.Refresh(ctx, o); err != nil {
+		return fmt.Errorf("refresh the verifier's token as the CronJob: %w", err)
+	}
+	return nil
 }
 
 // Kustomize builds a kustomization directory, as `kubectl apply -k` does.

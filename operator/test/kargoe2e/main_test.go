@@ -52,7 +52,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		return fail("locate Kargo", err)
 	}
-	ab, err := argocd.Locate()
+	ab, err := argocd.Locate(argocd.V3)
 	if err != nil {
 		return fail("locate Argo CD", err)
 	}

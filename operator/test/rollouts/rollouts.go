@@ -32,17 +32,14 @@ type Build struct {
 	CRDs string
 }
 
-// Locate finds the build from $STACKFLOW_ROLLOUTS, or else from
-// `hack/substrate.sh env`, with an error saying how to get it.
+// Locate finds the build (substrate.Paths.Rollouts), with an error saying how
+// to get it.
 func Locate() (Build, error) {
-	dir := os.Getenv("STACKFLOW_ROLLOUTS")
-	if dir == "" {
-		p, err := substrate.Locate()
-		if err != nil {
-			return Build{}, err
-		}
-		dir = p.Rollouts
+	p, err := substrate.Locate()
+	if err != nil {
+		return Build{}, err
 	}
+	dir := p.Rollouts
 	b := Build{Binary: filepath.Join(dir, "rollouts-controller"), CRDs: filepath.Join(dir, "crds")}
 	for _, f := range []string{b.Binary, b.CRDs} {
 		if _, err := os.Stat(f); err != nil {

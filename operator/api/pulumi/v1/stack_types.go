@@ -328,10 +328,13 @@ type GitHubAppAuth struct {
 	PrivateKey ResourceRef `json:"privateKey"`
 	// apiURL is the GitHub REST API the installation token is requested
 	// from: https://api.github.com by default; for GitHub Enterprise Server
-	// https://<host>/api/v3.
+	// https://<host>/api/v3. It must be https, name a host (and optionally a
+	// port), have an empty path or one ending in /api/v3, and carry no user
+	// info, query or fragment; the operator's --github-api-hosts, when set,
+	// lists the hosts it may name.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:Pattern=`^https?://`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https://[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?((/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/api/v3)?/?$')",message="githubApp.apiURL must be https://<host>[:<port>] with an empty path or a path ending in /api/v3 (GitHub Enterprise Server), and no user info, query or fragment"
 	APIURL string `json:"apiURL,omitempty"`
 }
 
