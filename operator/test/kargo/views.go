@@ -130,8 +130,11 @@ type Stage struct {
 			} `json:"items"`
 			VerificationHistory []Verification `json:"verificationHistory"`
 		} `json:"freightHistory"`
+		// Health is Kargo's assessment of the Stage (from the health
+		// checks its last promotion's argocd-update step registered).
 		Health *struct {
-			Status string `json:"status"`
+			Status string   `json:"status"`
+			Issues []string `json:"issues"`
 		} `json:"health"`
 	} `json:"status"`
 }

@@ -23,6 +23,9 @@ import (
 type timeline struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
+	// rounds counts the samples taken; round is broadcast after each.
+	rounds int
+	round  *sync.Cond
 }
 
 // milestone keys.
@@ -46,9 +49,20 @@ func (tl *timeline) mark(key string, at time.Time) {
 	}
 }
 
+// settle waits until a sample that began after the call has been taken, so
+// that what the test has just observed is in the timeline.
+func (tl *timeline) settle() {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for target := tl.rounds + 2; tl.rounds < target; {
+		tl.round.Wait()
+	}
+}
+
 // record samples the pipeline until the test ends.
 func (tl *timeline) record(t *testing.T, p *kargo.Pipeline) {
 	tl.seen = map[string]time.Time{}
+	tl.round = sync.NewCond(&tl.mu)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
@@ -56,6 +70,10 @@ func (tl *timeline) record(t *testing.T, p *kargo.Pipeline) {
 		defer close(done)
 		for ctx.Err() == nil {
 			tl.sample(ctx, p)
+			tl.mu.Lock()
+			tl.rounds++
+			tl.round.Broadcast()
+			tl.mu.Unlock()
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -69,8 +87,10 @@ func (tl *timeline) sample(ctx context.Context, p *kargo.Pipeline) {
 	stacks := &pulumiv1.StackList{}
 	if err := c.List(ctx, stacks, client.InNamespace(kargo.ExampleStackNamespace)); err == nil {
 		for _, s := range stacks.Items {
-			if lu := s.Status.LastUpdate; lu != nil && lu.State == pulumiv1.SucceededStackStateMessage && lu.LastSuccessfulCommit != "" {
-				tl.mark(stackSucceeded(strings.TrimPrefix(s.Name, "web-"), lu.LastSuccessfulCommit), now)
+			// The last update (an up, or preview's preview) succeeded at
+			// the commit it attempted.
+			if lu := s.Status.LastUpdate; lu != nil && lu.State == pulumiv1.SucceededStackStateMessage && lu.LastAttemptedCommit != "" {
+				tl.mark(stackSucceeded(strings.TrimPrefix(s.Name, "web-"), lu.LastAttemptedCommit), now)
 			}
 		}
 	}
@@ -100,6 +120,7 @@ func (tl *timeline) sample(ctx context.Context, p *kargo.Pipeline) {
 // Freight verified.
 func (tl *timeline) report(t *testing.T, what, commit string, committed time.Time, freight string, starts map[string]time.Time) {
 	t.Helper()
+	tl.settle()
 	round := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 	var b strings.Builder
 	ft, ok := tl.get(freightMade(commit))
