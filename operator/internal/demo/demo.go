@@ -47,6 +47,7 @@ import (
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	"github.com/stackflow-io/stackflow/kargo-steps/manifest"
 	"github.com/stackflow-io/stackflow/kargo-steps/waiter"
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/devenv"
 	"github.com/stackflow-io/stackflow/operator/test/argocd"
@@ -334,7 +335,10 @@ func (d *demo) startAnalysis(ctx context.Context) error {
 		return err
 	}
 	expiry := int64(3600 * 4)
-	tr, err := cs.CoreV1().ServiceAccounts(verifierNamespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	// A token for the service's audience: it refuses one for the API
+	// server's own.
+	tr, err := cs.CoreV1().ServiceAccounts(verifierNamespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences: []string{service.DefaultAudience}, ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
@@ -408,11 +412,6 @@ outputs:
 // loopback, and returns release 1's commit.
 func (d *demo) makeRepositories(ctx context.Context) (string, error) {
 	root := filepath.Join(d.local.Dir, "git")
-	for _, sub := range []string{"served", "work"} {
-		if err := os.MkdirAll(filepath.Join(root, sub), 0o755); err != nil {
-			return "", err
-		}
-	}
 	var err error
 	if d.git, err = startGitServer(filepath.Join(root, "served")); err != nil {
 		return "", err
@@ -662,8 +661,13 @@ func (d *demo) rows(ctx context.Context) []Row {
 func stackColumns(s *pulumiv1.Stack) (commit, state, lastUpdate string, since time.Time) {
 	if lu := s.Status.LastUpdate; lu != nil {
 		commit = short(lu.LastSuccessfulCommit)
-		if lu.LastAttemptedCommit != "" && lu.LastAttemptedCommit != lu.LastSuccessfulCommit {
-			commit += " (tried " + short(lu.LastAttemptedCommit) + ")"
+		switch {
+		case lu.Type == autov1alpha1.PreviewType && lu.State == pulumiv1.SucceededStackStateMessage:
+			// lastSuccessfulCommit is the last successful up's: a preview
+			// Stack's commit is the one it last previewed.
+			commit = short(lu.LastAttemptedCommit) + " (previewed)"
+		case lu.LastAttemptedCommit != "" && lu.LastAttemptedCommit != lu.LastSuccessfulCommit:
+			commit = strings.TrimSpace(commit + " (tried " + short(lu.LastAttemptedCommit) + ")")
 		}
 		lastUpdate = strings.TrimSpace(fmt.Sprintf("%s %s %s", lu.Type, lu.State, lu.Name))
 	}

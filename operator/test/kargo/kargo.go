@@ -100,8 +100,7 @@ func Locate() (Build, error) {
 
 // InstallCRDs installs Kargo's CRDs (Project, Warehouse, Stage, Freight, …).
 func (b Build) InstallCRDs(env *envtest.Environment) error {
-	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{b.CRDs}, ErrorIfPathMissing: true})
-	return err
+	return substrate.InstallCRDs(env, b.CRDs)
 }
 
 // Options configure a running Kargo.

@@ -51,8 +51,7 @@ func Locate() (Build, error) {
 
 // InstallCRDs installs Argo Rollouts' CRDs (AnalysisTemplate, AnalysisRun, …).
 func (b Build) InstallCRDs(env *envtest.Environment) error {
-	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{b.CRDs}, ErrorIfPathMissing: true})
-	return err
+	return substrate.InstallCRDs(env, b.CRDs)
 }
 
 // Options configure a running controller.
