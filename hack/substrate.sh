@@ -74,7 +74,7 @@ SET_all=(kube pulumi-yaml pulumi rollouts argocd argocd3 kargo)
 # Cold build estimates, in minutes on 2 cores with an empty Go build cache and
 # nothing else running (README, "Cold and warm times"); `plan` prints them.
 declare -A COLD_MIN=(
-  [kube]=20 [pulumi]=12 [pulumi-yaml]=3 [rollouts]=7 [argocd]=19 [argocd3]=22 [kargo]=20
+  [kube]=20 [pulumi]=12 [pulumi-yaml]=3 [rollouts]=7 [argocd]=19 [argocd3]=22 [kargo]=18
   [controller-gen]=2 [protoc-tools]=5 [cluster]=7 [netpol]=3
 )
 

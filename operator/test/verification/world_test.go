@@ -185,7 +185,9 @@ func (w *world) tokens(t *testing.T) (allowed, denied string) {
 		}
 	}
 	token := func(sa string) string {
-		tr, err := cs.CoreV1().ServiceAccounts(w.ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+		// For the service's audience: it refuses the API server's own.
+		tr, err := cs.CoreV1().ServiceAccounts(w.ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			Audiences: []string{service.DefaultAudience}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("token for %s: %v", sa, err)
 		}
