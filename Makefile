@@ -18,7 +18,7 @@ help: ## Show this help
 .PHONY: substrate
 # Each substrate target first says what it will take or build and how long a
 # cold build takes (hack/substrate.sh plan), then prints progress while it builds.
-substrate: ## Obtain what make test needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, Argo CD v3 and v2.14 components): cached, installed or built
+substrate: ## Obtain what make test needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, Argo CD v3 and v2.14 components, Kargo where ../shared/kargo/src is): cached, installed or built
 	@echo "[substrate] make test needs:"; $(SUBSTRATE) plan all
 	$(SUBSTRATE) all
 
@@ -30,7 +30,7 @@ substrate-run: ## Obtain only what make run needs (kube-apiserver, etcd, pulumi,
 .PHONY: substrate-demo
 # --argocd-version 2.14 in DEMO_ARGS needs Argo CD v2.14 besides.
 DEMO_TOOLS = demo $(if $(findstring 2.14,$(DEMO_ARGS)),argocd)
-substrate-demo: ## Obtain only what make demo needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml, Argo CD v3)
+substrate-demo: ## Obtain only what make demo needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml, Argo CD v3; rollouts-controller and Kargo where ../shared/kargo/src is)
 	@echo "[substrate] make demo needs:"; $(SUBSTRATE) plan $(DEMO_TOOLS)
 	$(SUBSTRATE) $(DEMO_TOOLS)
 
@@ -143,7 +143,7 @@ bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stack
 
 .PHONY: demo
 # Built, then exec'd, like run. DEMO_ARGS="--yes --exit" runs it unattended.
-demo: substrate-demo ## Roll a release out dev → test → prod with the real operator, analysis service and Argo CD v3, offline (DEMO_ARGS=-h lists options; --argocd-version 2.14 runs v2.14)
+demo: substrate-demo ## Roll a release out dev → test → prod with the real operator, analysis service, Argo CD v3 and (where built) Kargo, offline (DEMO_ARGS=-h lists options; --argocd-version 2.14 runs v2.14)
 	go build -o bin/stackflow-demo ./operator/cmd/stackflow-demo
 	exec ./bin/stackflow-demo $(DEMO_ARGS)
 

@@ -15,11 +15,8 @@
 //     ApplicationSet renders (with Argo CD's own template renderer) and the
 //     kustomize build Argo CD runs for it;
 //   - the Kargo Stages reference Stackflow's shipped ClusterPromotionTasks
-//     (kargo-steps/config/tasks) and give each var without a default; their
-//     step configs, evaluated with kargo-steps/kargoexpr, match Kargo's step
-//     schemas; their verification args evaluate to strings and are args the
-//     analysis templates (analysis/config) declare; the Warehouse subscribes
-//     to the Stages' repoURL;
+//     (kargo-steps/config/tasks) and pass only vars the task knows; the
+//     Warehouse subscribes to the Stages' repoURL;
 //   - drift between the pieces: sync-wave order, Application paths,
 //     AppProject whitelists and destinations (with Argo CD's own checks),
 //     finalizers and sync options, Kargo's authorized-stage annotations,
@@ -28,12 +25,14 @@
 //     the Stack actions the README describes, that the READMEs name every
 //     file and the install paths they give exist.
 //
-// Kargo's and Argo CD's controllers are not run: their contracts are checked
-// from their CRDs, schemas and (for Argo CD and Argo Rollouts) their Go code.
+// What the controllers do with these objects is shown elsewhere, by the real
+// ones: operator/test/kargoe2e promotes examples/kargo with Kargo, Argo CD
+// and Argo Rollouts; operator/test/argocd and the demo sync with Argo CD.
 // Inputs outside the repository: the substrate (./hack/substrate.sh env:
 // KUBEBUILDER_ASSETS, STACKFLOW_ARGOCD, STACKFLOW_ROLLOUTS) and Kargo's
-// reference data in ../shared/kargo, beside the repository root.
+// reference data in ../shared/kargo, beside the repository root
+// ($STACKFLOW_KARGO_SRC/.. when set).
 //
-// The package may import the repository's test substrate, kargo-steps/kargoexpr
-// and analysis/config, and Argo CD's and Argo Rollouts' Go modules.
+// The package may import the repository's test substrate and
+// analysis/config, and Argo CD's and Argo Rollouts' Go modules.
 package examples

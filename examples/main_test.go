@@ -29,9 +29,10 @@ var api struct {
 // kargo-demo for its Project, the argocd namespace comes with Argo CD).
 var exampleNamespaces = []string{"argocd", "infra", "kargo-demo", "kargo-demo-stacks"}
 
-// kargoDir is Kargo v1.11.2's reference data (CRDs, step schemas), beside
-// the repository root.
-func kargoDir() string { return filepath.Join(substrate.RepoRoot(), "..", "shared", "kargo") }
+// kargoDir is Kargo v1.11.2's reference data (CRDs, step schemas): the
+// parent of its source (../shared/kargo beside the repository root, or
+// $STACKFLOW_KARGO_SRC/..).
+func kargoDir() string { return filepath.Dir(substrate.KargoSource()) }
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 

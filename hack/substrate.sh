@@ -22,6 +22,11 @@
 #   pulumi-language-yaml  v1.25.0 or later v1 (read with `go version -m`; a binary
 #                    without module information is not taken)
 #
+# Kargo is built from its Go source at KARGO_VERSION, shared reference data beside
+# the repository root (../shared/kargo/src, or $STACKFLOW_KARGO_SRC), never copied
+# into the repository; where that folder is absent, kargo is skipped with a line
+# saying so, and the tests and the demo that run Kargo skip or fall back.
+#
 # Usage: hack/substrate.sh COMMAND
 #   run | demo | all [TOOL...]  obtain the set `make run`, `make demo`, `make test` need (and TOOLs)
 #   TOOL...                obtain these tools (see `tools` below)
@@ -50,6 +55,9 @@ ROLLOUTS_VERSION=v1.10.1
 ARGOCD_VERSION=v2.14.21
 # The newest Argo CD v3 that builds as a dependency (see hack/gen-tools-argocd.sh).
 ARGOCD3_VERSION=v3.2.11
+KARGO_VERSION=v1.11.2
+KARGO_COMMIT=20c56384dc3aa29911368fa9c0916e8f4a541252
+KARGO_SRC=${STACKFLOW_KARGO_SRC:-$here/../../shared/kargo/src}
 NETPOL_VERSION=v0.8.0
 
 # Compatible version ranges of installed binaries: [min, max) (see the header).
@@ -60,13 +68,13 @@ PULUMI_YAML_RANGE=(v1.25.0 v2.0.0)
 
 # The sets of tools each entry point needs.
 SET_run=(kube pulumi-yaml pulumi)
-SET_demo=(kube pulumi-yaml pulumi argocd3)
-SET_all=(kube pulumi-yaml pulumi rollouts argocd argocd3)
+SET_demo=(kube pulumi-yaml pulumi rollouts argocd3 kargo)
+SET_all=(kube pulumi-yaml pulumi rollouts argocd argocd3 kargo)
 
 # Cold build estimates, in minutes on 2 cores with an empty Go build cache and
 # nothing else running (README, "Cold and warm times"); `plan` prints them.
 declare -A COLD_MIN=(
-  [kube]=20 [pulumi]=12 [pulumi-yaml]=3 [rollouts]=7 [argocd]=19 [argocd3]=22
+  [kube]=20 [pulumi]=12 [pulumi-yaml]=3 [rollouts]=7 [argocd]=19 [argocd3]=22 [kargo]=18
   [controller-gen]=2 [protoc-tools]=5 [cluster]=7 [netpol]=3
 )
 
@@ -110,6 +118,7 @@ rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION"; }
 # Argo CD's multi-call cmd), so that a build of the old recipe is never reused.
 argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION-components"; }
 argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components"; }
+kargo_dir() { echo "$CACHE/kargo-$KARGO_VERSION"; }
 netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION"; }
 protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
 
@@ -154,8 +163,8 @@ pulumi_root_for() {
   echo "$CACHE/pulumi-installed"
 }
 
-# resolve TOOL sets WHERE (directory to use), HOW (explicit|cached|installed|build)
-# and WHAT (a description).
+# resolve TOOL sets WHERE (directory to use), HOW (explicit|cached|installed|build|
+# absent: cannot be built here) and WHAT (a description).
 resolve() {
   local tool=$1 found
   WHERE=$(tool_dir "$tool"); HOW=build; WHAT=""
@@ -181,6 +190,9 @@ resolve() {
       if found=$(installed_on_path pulumi-language-yaml pulumi_yaml_version "${PULUMI_YAML_RANGE[@]}"); then
         WHERE=$(dirname "${found%%|*}"); HOW=installed; WHAT="pulumi-language-yaml ${found#*|} at ${found%%|*}"
       fi ;;
+    kargo)
+      is_cached kargo && { HOW=cached; return; }
+      [ -f "$KARGO_SRC/go.mod" ] || { HOW=absent; WHAT="no Kargo source at $KARGO_SRC"; } ;;
     *) is_cached "$tool" && HOW=cached ;;
   esac
   return 0
@@ -252,6 +264,7 @@ obtain() {
     explicit) log "$tool: using KUBEBUILDER_ASSETS=$WHERE ($WHAT)" ;;
     installed) log "$tool: using the installed $WHAT (nothing to build)" ;;
     cached) log "cached: $WHERE" ;;
+    absent) log "$tool: skipped, $WHAT (what runs it skips or falls back)" ;;
     build) done_or_build "$tool" ;;
   esac
 }
@@ -376,6 +389,29 @@ build_argocd_components() {
 build_argocd() { build_argocd_components argocd v2 "$ARGOCD_VERSION" "$1"; }
 build_argocd3() { build_argocd_components argocd3 v3 "$ARGOCD3_VERSION" "$1"; }
 
+# build_kargo builds Kargo's control plane (one binary; sub-commands controller,
+# kubernetes-webhooks-server, management-controller, …) and its git askpass
+# program credential-helper (which Kargo's git steps run; its image puts it on
+# PATH) from a copy of the shared source made inside the build directory, so
+# that -mod=mod (which completes go.mod and go.sum from the module proxy: the
+# source comes with its `tool` block removed) never writes to the shared
+# folder, and keeps Kargo's CRDs of the same tag beside them. The copy is
+# removed once built.
+build_kargo() {
+  local out=$1 ver=${KARGO_VERSION#v}
+  local ld="-s -w -X github.com/akuity/kargo/pkg/x/version.version=$ver -X github.com/akuity/kargo/pkg/x/version.gitCommit=$KARGO_COMMIT -X github.com/akuity/kargo/pkg/x/version.gitTreeState=clean"
+  cp -R "$KARGO_SRC" "$out/src"
+  chmod -R u+w "$out/src"
+  log "go build kargo $KARGO_VERSION (controller, webhooks server, management controller) and credential-helper"
+  (export GOFLAGS=-mod=mod
+    gobuild kargo "$out/src" ./cmd/controlplane -trimpath -ldflags "$ld" -o "$out/kargo"
+    gobuild credential-helper "$out/src" ./cmd/credential-helper -trimpath -ldflags "-s -w" -o "$out/credential-helper")
+  mkdir -p "$out/crds"
+  cp "$KARGO_SRC"/../crds/*.yaml "$out/crds/"
+  chmod u+w "$out"/crds/*
+  rm -rf "$out/src"
+}
+
 build_controller_gen() {
   local out=$1
   GOBIN="$out" gobuild controller-gen "" "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
@@ -436,7 +472,8 @@ plan() {
       explicit) printf '  %-14s KUBEBUILDER_ASSETS %s (%s)\n' "$tool" "$WHERE" "$WHAT" ;;
       installed) printf '  %-14s installed: %s\n' "$tool" "$WHAT" ;;
       cached) printf '  %-14s cached: %s\n' "$tool" "$WHERE" ;;
-      build) printf '  %-14s to build (~%s min cold): %s\n' "$tool" "${COLD_MIN[$tool]:-?}" "$WHERE"; todo+=("$tool") ;;
+      absent) printf '  %-14s skipped: %s\n' "$tool" "$WHAT" ;;
+    build) printf '  %-14s to build (~%s min cold): %s\n' "$tool" "${COLD_MIN[$tool]:-?}" "$WHERE"; todo+=("$tool") ;;
     esac
   done
   if [ ${#todo[@]} -eq 0 ]; then echo "  nothing to build"; else echo "  building ${todo[*]}: $(estimate "${todo[@]}"), with progress every 30 s"; fi
@@ -465,14 +502,16 @@ case "${1:-all}" in
     env_line STACKFLOW_ROLLOUTS rollouts
     env_line STACKFLOW_ARGOCD argocd
     env_line STACKFLOW_ARGOCD3 argocd3
+    env_line STACKFLOW_KARGO kargo
     env_line STACKFLOW_CLUSTER cluster
     env_line STACKFLOW_NETPOL netpol
     ;;
   dir) tool_dir "$2" ;;
   # cached TOOL: succeeds when TOOL's build is complete in the cache (builds nothing).
   cached) is_cached "$2" ;;
-  tools) printf '%s\n' kube pulumi pulumi-yaml rollouts argocd argocd3 controller-gen protoc-tools cluster netpol ;;
-  kube|pulumi|pulumi-yaml|rollouts|argocd|argocd3|controller-gen|protoc-tools|netpol)
-    for tool in "$@"; do obtain "$tool"; done ;;
+  tools) printf '%s\n' kube pulumi pulumi-yaml rollouts argocd argocd3 kargo controller-gen protoc-tools cluster netpol ;;
+  kube|pulumi|pulumi-yaml|rollouts|argocd|argocd3|kargo|controller-gen|protoc-tools|netpol)
+    # A tool asked for by name and absent here is a failure, not a skip.
+    for tool in "$@"; do obtain "$tool"; [ "$HOW" != absent ] || exit 1; done ;;
   *) echo "usage: $0 [run|demo|all|TOOL...|plan SET|TOOL...|env|dir TOOL|cached TOOL|tools|cluster|node-packages]" >&2; exit 2 ;;
 esac

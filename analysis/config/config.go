@@ -54,6 +54,10 @@ const (
 const (
 	// Interval is the time between two measurements of a metric.
 	Interval = 10 * time.Second
+	// InitialDelay is how long each metric waits before its first
+	// measurement: long enough for Kargo to record the AnalysisRun in its
+	// Stage's status before the run can end (see the templates' comment).
+	InitialDelay = 5 * time.Second
 	// DefaultTimeoutMeasurements is the default of timeoutMeasurements.
 	DefaultTimeoutMeasurements = 180
 	// DefaultTimeout is how long, at least, a run waits for Succeeded or

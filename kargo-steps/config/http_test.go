@@ -112,7 +112,7 @@ func httpStep(t *testing.T, analysisURL, stackName string) map[string]any {
 		}
 	}
 	runs, err := (&promotion{stage: st, tasks: allTasks(t), analysisURL: analysisURL,
-		commits: []kargoexpr.Commit{{RepoURL: programRepo, ID: programSHA, Origin: "infra"}}}).run(t)
+		commits: []kargoexpr.Commit{{RepoURL: programRepo, ID: programSHA}}}).run(t)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,9 @@ import (
 
 // kargoDir is Kargo's reference data: CRDs and step schemas.
 func kargoDir() string {
-	return filepath.Join(substrate.RepoRoot(), "..", "shared", "kargo")
+	// The shared Kargo reference data: the parent of its source
+	// (../shared/kargo beside the repository root, or $STACKFLOW_KARGO_SRC/..).
+	return filepath.Dir(substrate.KargoSource())
 }
 
 func configDir() string {

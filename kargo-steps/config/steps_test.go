@@ -246,7 +246,7 @@ func (p *promotion) run(t *testing.T) ([]stepRun, error) {
 			r := stepRun{alias: str(ref, "as") + kargoexpr.AliasSeparator + str(s, "as"), uses: str(s, "uses")}
 			env := &kargoexpr.Env{
 				Project: "kargo-demo", Stage: stageName, Promotion: promoName,
-				TargetFreight: kargoexpr.FreightRef{Name: "a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0", Alias: "happy-fox", Origin: "infra"},
+				TargetFreight: kargoexpr.FreightRef{Name: "a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0", Alias: "happy-fox"},
 				StepAlias:     r.alias, Outputs: outputs, Commits: p.commits, Steps: statuses,
 				Secrets: map[string]map[string]string{"stackflow-verifier-token": {"token": token, "namespace": "kargo-demo"}},
 			}
@@ -358,7 +358,7 @@ func byAlias(runs []stepRun) map[string]stepRun {
 // steps would do.
 func TestStageSnippetsPromote(t *testing.T) {
 	tasks := allTasks(t)
-	freight := []kargoexpr.Commit{{RepoURL: programRepo, ID: programSHA, Branch: "main", Message: "infra: add bucket", Origin: "infra"}}
+	freight := []kargoexpr.Commit{{RepoURL: programRepo, ID: programSHA, Branch: "main", Message: "infra: add bucket"}}
 	for _, tt := range []struct {
 		stage, ns, file, op, manifestsCommit string
 		pr, argocd                           bool
@@ -398,9 +398,9 @@ func TestStageSnippetsPromote(t *testing.T) {
 				check("push", s["push"].config, map[string]any{"path": "./manifests", "targetBranch": "main"})
 			}
 			if tt.argocd {
+				// No desired revision: see the task's comment on argocd-update.
 				check("argocd-update", s["sync"].config, map[string]any{"apps": []any{map[string]any{
 					"name": "infra-dev", "namespace": "argocd",
-					"sources": []any{map[string]any{"repoURL": "https://github.com/example/infra-manifests.git", "desiredRevision": tt.manifestsCommit}},
 				}}})
 			} else if !s["sync"].skipped {
 				t.Errorf("argocd-update ran without argocdApp: %v", s["sync"].config)
@@ -422,7 +422,7 @@ func TestStageSnippetsPromote(t *testing.T) {
 // TestNumericLookingCommit: a commit ID of digits stays a string wherever the
 // tasks use it (quote()), or the schemas (string query params) would fail.
 func TestNumericLookingCommit(t *testing.T) {
-	freight := []kargoexpr.Commit{{RepoURL: programRepo, ID: digitsSHA, Origin: "infra"}}
+	freight := []kargoexpr.Commit{{RepoURL: programRepo, ID: digitsSHA}}
 	runs, err := (&promotion{stage: stage(t, "dev"), tasks: allTasks(t), commits: freight}).run(t)
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +440,7 @@ func TestNumericLookingCommit(t *testing.T) {
 // replaces Kargo's skip-after-failure default, so the condition itself must
 // require success().
 func TestArgoCDSkippedAfterFailure(t *testing.T) {
-	runs, err := (&promotion{stage: stage(t, "dev"), tasks: allTasks(t), commits: []kargoexpr.Commit{{RepoURL: programRepo, ID: programSHA, Origin: "infra"}}, failBefore: "push"}).run(t)
+	runs, err := (&promotion{stage: stage(t, "dev"), tasks: allTasks(t), commits: []kargoexpr.Commit{{RepoURL: programRepo, ID: programSHA}}, failBefore: "push"}).run(t)
 	if err != nil {
 		t.Fatal(err)
 	}

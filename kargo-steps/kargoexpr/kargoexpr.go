@@ -1,10 +1,26 @@
-// Package kargoexpr is a local evaluator of Kargo v1.11's expression templating,
-// written for tests: it evaluates the `${{ }}` (and `${% %}`) spans of promotion
-// step configs, vars and `if` conditions the way Kargo's controller does, with
-// github.com/expr-lang/expr, in an environment shaped like Kargo's.
+// Package kargoexpr is a small evaluator of Kargo v1.11's expression
+// templating, for fast tests: it evaluates the `${{ }}` (and `${% %}`) spans of
+// promotion step configs, vars and `if` conditions as Kargo's controller does,
+// with github.com/expr-lang/expr, in an environment shaped like Kargo's.
 //
-// What it models (behaviour read from Kargo's documented contract and observed
-// at tag v1.11.2; no Kargo code is used):
+// Why it is kept now that the real Kargo runs in the tests
+// (operator/test/kargoe2e runs examples/kargo with Stackflow's tasks on Kargo
+// v1.11.2, end to end): that run takes minutes and covers the paths a working
+// pipeline takes. This package lets kargo-steps/config check in milliseconds
+// what it does not: the Stage snippets of kargo-steps/config/stages and the
+// namespaced PromotionTasks, which are not promoted for real; a commit that
+// reads as a number; the Argo CD sync skipped after a failed step; a missing
+// var; the http step's expressions against every answer of the analysis
+// service (401, 403, 5xx, a non-JSON body), which a working pipeline never
+// sees. The evaluation of the promotions the real Kargo now runs (the
+// example's Stages, their verification args) was deleted from examples/, and
+// so was what no shipped file uses (warehouse(), configMap(), unsafeQuote,
+// asJSON, asYAML, always(), failure(), status(), ctx.meta). kargoe2e checks the
+// evaluator against the real Kargo: the commit message and pull request title
+// it computes for the shipped tasks are the ones Kargo wrote.
+//
+// What it models (behaviour read from Kargo's source at tag v1.11.2; no
+// Kargo code is used):
 //
 //   - Templates: a string value without a delimiter is returned unchanged (so
 //     "42" stays a string). Otherwise every span is evaluated; a string result
@@ -18,46 +34,36 @@
 //     number: use quote() for values that must stay strings.
 //   - Walk: maps and lists are walked; only string values are templates, keys
 //     are never evaluated.
-//   - Environment: vars, ctx{uiBaseUrl, project, stage, promotion,
-//     targetFreight{name, alias, origin{name}}, meta{promotion{actor, rollback},
-//     step{alias}}}, outputs, task.outputs (only for a step whose alias is
+//   - Environment: vars, ctx{project, stage, promotion, targetFreight{name,
+//     alias}}, outputs, task.outputs (only for a step whose alias is
 //     "<task>::<step>": the outputs of the same task with that prefix
-//     stripped), stepMetas.
-//   - Functions: commitFrom(repoURL[, warehouse(name)]) (the freight's commit
-//     for that repository, nil when absent), warehouse(name), secret(name) and
-//     configMap(name) (the object's data, an empty map when missing),
-//     quote/unsafeQuote/asJSON/asYAML, and in `if` conditions and configs
-//     success(), failure(), always(), status(alias).
+//     stripped).
+//   - Functions: commitFrom(repoURL) (the freight's commit for that
+//     repository, nil when absent), secret(name) (the Secret's data, an empty
+//     map when missing), quote(), and in `if` conditions success().
 //   - Vars: task defaults, the Promotion's vars and the task reference's vars
-//     combined as Kargo inflates a task (ResolveTaskVars: an empty value is no
-//     value), then evaluated in order (EvaluateVars).
+//     combined as Kargo inflates a task (an empty value is no value), then
+//     evaluated in order.
 //   - The http step's own expressions (HTTPEnv, EvalPlain): plain expr over
 //     response{status, header(name), headers, body}, body decoded as Kargo's
 //     step does.
 //
-// What it does not model: imageFrom, chartFrom, artifactFrom, sharedSecret,
-// sharedConfigMap, freightMetadata, stageMetadata, semverDiff, semverParse;
-// how commitFrom without warehouse() finds the origin (this evaluator takes
-// the first Freight commit of the repository; Kargo looks for the one
-// requested Warehouse subscribed to the repository, fails when several are,
-// and gives nil when none is, so vars.repoURL must be the URL the Warehouse
-// subscribes to, up to Kargo's URL normalization, which is approximated here
-// by ignoring case, a trailing slash and ".git"); the Secret/ConfigMap lookup against the
-// API server (they are given as maps); the Promotion's step aliasing
-// (`step-N`) and output state bookkeeping (outputs are given as maps); the
+// Not modelled: how commitFrom finds the origin when several Warehouses
+// subscribe to the repository (this evaluator takes the first Freight commit
+// of the repository, comparing URLs up to case, a trailing slash and ".git");
+// the Secret lookup against the API server (Secrets are given as maps); the
+// Promotion's output bookkeeping (outputs are given as maps); the
 // response-body size cap and the YAML parse mode of the http step.
 package kargoexpr
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/expr-lang/expr"
-	"sigs.k8s.io/yaml"
 )
 
 // Commit is a Git commit of a piece of Freight, with the fields Kargo's
@@ -70,27 +76,17 @@ type Commit struct {
 	Message   string `json:"message,omitempty"`
 	Author    string `json:"author,omitempty"`
 	Committer string `json:"committer,omitempty"`
-	// Origin is the name of the Warehouse the commit came from (used by
-	// commitFrom(url, warehouse(name))).
-	Origin string `json:"-"`
-}
-
-// Origin is what warehouse(name) returns.
-type Origin struct {
-	Kind string
-	Name string
 }
 
 // FreightRef is ctx.targetFreight.
 type FreightRef struct {
-	Name   string
-	Alias  string
-	Origin string
+	Name  string
+	Alias string
 }
 
-// StepStatus is the execution status of an earlier step, for success(),
-// failure() and status(). Status is one of Kargo's step statuses:
-// Succeeded, Failed, Errored, Skipped, Running, Aborted.
+// StepStatus is the execution status of an earlier step, for success() and
+// a step without `if`. Status is one of Kargo's step statuses: Succeeded,
+// Failed, Errored, Skipped, Running, Aborted.
 type StepStatus struct {
 	Alias  string
 	Status string
@@ -106,13 +102,10 @@ type Var struct {
 
 // Env is the context a step's expressions are evaluated in.
 type Env struct {
-	UIBaseURL     string
 	Project       string
 	Stage         string
 	Promotion     string
 	TargetFreight FreightRef
-	Actor         string
-	Rollback      bool
 	// StepAlias is the alias of the step being evaluated ("<task>::<step>"
 	// for a step inflated from a task).
 	StepAlias string
@@ -122,10 +115,8 @@ type Env struct {
 	Outputs map[string]any
 	// Commits are the commits of the Freight being promoted.
 	Commits []Commit
-	// Secrets and ConfigMaps are the data of the objects in the project
-	// namespace, by name.
-	Secrets    map[string]map[string]string
-	ConfigMaps map[string]map[string]string
+	// Secrets are the data of the Secrets in the project namespace, by name.
+	Secrets map[string]map[string]string
 	// Steps are the statuses of the steps run so far.
 	Steps []StepStatus
 }
@@ -147,33 +138,19 @@ func (e *Env) Map() map[string]any {
 	for k, v := range e.Outputs {
 		outputs[k] = v
 	}
-	metas := map[string]any{}
-	for _, s := range e.Steps {
-		metas[s.Alias] = map[string]any{"alias": s.Alias, "status": s.Status}
-	}
 	vars := e.Vars
 	if vars == nil {
 		vars = map[string]any{}
 	}
 	env := map[string]any{
 		"ctx": map[string]any{
-			"uiBaseUrl": e.UIBaseURL,
-			"project":   e.Project,
-			"promotion": e.Promotion,
-			"stage":     e.Stage,
-			"targetFreight": map[string]any{
-				"name":   e.TargetFreight.Name,
-				"alias":  e.TargetFreight.Alias,
-				"origin": map[string]any{"name": e.TargetFreight.Origin},
-			},
-			"meta": map[string]any{
-				"promotion": map[string]any{"actor": e.Actor, "rollback": e.Rollback},
-				"step":      map[string]any{"alias": e.StepAlias},
-			},
+			"project":       e.Project,
+			"promotion":     e.Promotion,
+			"stage":         e.Stage,
+			"targetFreight": map[string]any{"name": e.TargetFreight.Name, "alias": e.TargetFreight.Alias},
 		},
-		"vars":      vars,
-		"outputs":   outputs,
-		"stepMetas": metas,
+		"vars":    vars,
+		"outputs": outputs,
 	}
 	if ns := taskNamespace(e.StepAlias); ns != "" {
 		task := map[string]any{}
@@ -198,79 +175,26 @@ func (e *Env) hasFailures() bool {
 
 func (e *Env) options(status bool) []expr.Option {
 	opts := []expr.Option{
-		expr.Function("warehouse", func(a ...any) (any, error) {
-			name, ok := a[0].(string)
-			if !ok || name == "" {
-				return nil, fmt.Errorf("warehouse(): name must be a non-empty string, got %v", a[0])
-			}
-			return Origin{Kind: "Warehouse", Name: name}, nil
-		}, new(func(string) Origin)),
 		expr.Function("commitFrom", func(a ...any) (any, error) {
 			url, ok := a[0].(string)
 			if !ok {
 				return nil, fmt.Errorf("commitFrom(): first argument must be string, got %T", a[0])
 			}
-			var origin *Origin
-			if len(a) == 2 {
-				o, ok := a[1].(Origin)
-				if !ok {
-					return nil, fmt.Errorf("commitFrom(): second argument must be an origin, got %T", a[1])
-				}
-				origin = &o
-			}
 			for i := range e.Commits {
-				c := e.Commits[i]
-				if normalizeURL(c.RepoURL) == normalizeURL(url) && (origin == nil || origin.Name == c.Origin) {
+				if c := e.Commits[i]; normalizeURL(c.RepoURL) == normalizeURL(url) {
 					return &c, nil
 				}
 			}
 			return (*Commit)(nil), nil
-		}, new(func(string, Origin) *Commit), new(func(string) *Commit)),
+		}, new(func(string) *Commit)),
 		expr.Function("secret", func(a ...any) (any, error) {
 			return lookup(e.Secrets, a)
 		}, new(func(string) map[string]string)),
-		expr.Function("configMap", func(a ...any) (any, error) {
-			return lookup(e.ConfigMaps, a)
-		}, new(func(string) map[string]string)),
 		expr.Function("quote", quote, new(func(any) string)),
-		expr.Function("unsafeQuote", unsafeQuote, new(func(any) string)),
-		expr.Function("asJSON", func(a ...any) (any, error) {
-			b, err := json.MarshalIndent(a[0], "", "  ")
-			if err != nil {
-				return nil, err
-			}
-			return "\"" + string(b) + "\n\"", nil
-		}, new(func(any) string)),
-		expr.Function("asYAML", func(a ...any) (any, error) {
-			b, err := yaml.Marshal(a[0])
-			if err != nil {
-				return nil, err
-			}
-			return "\"" + string(b) + "\"", nil
-		}, new(func(any) string)),
 	}
 	if status {
 		opts = append(opts,
-			expr.Function("always", func(...any) (any, error) { return true, nil }, new(func() bool)),
-			expr.Function("failure", func(...any) (any, error) { return e.hasFailures(), nil }, new(func() bool)),
 			expr.Function("success", func(...any) (any, error) { return !e.hasFailures(), nil }, new(func() bool)),
-			expr.Function("status", func(a ...any) (any, error) {
-				alias, ok := a[0].(string)
-				if !ok || alias == "" {
-					return "", errors.New("status(): argument must be a non-empty string")
-				}
-				ns := taskNamespace(e.StepAlias)
-				for _, s := range e.Steps {
-					short, sns := s.Alias, taskNamespace(s.Alias)
-					if sns != "" {
-						short = s.Alias[len(sns)+len(AliasSeparator):]
-					}
-					if short == alias && sns == ns {
-						return s.Status, nil
-					}
-				}
-				return "", nil
-			}, new(func(string) string)),
 		)
 	}
 	return opts
@@ -296,14 +220,12 @@ func lookup(m map[string]map[string]string, a []any) (any, error) {
 	return out, nil
 }
 
+// quote makes a value a string: a string is quoted, anything else is
+// written as JSON between quotes.
 func quote(a ...any) (any, error) {
 	if s, ok := a[0].(string); ok {
 		return strconv.Quote(s), nil
 	}
-	return unsafeQuote(a...)
-}
-
-func unsafeQuote(a ...any) (any, error) {
 	b, err := json.Marshal(a[0])
 	if err != nil {
 		return nil, fmt.Errorf("quote(): %w", err)

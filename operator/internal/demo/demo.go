@@ -11,8 +11,10 @@
 // push, sync the Application, wait for the analysis service's verdict),
 // asks before prod, and rolls out a broken release that stops at dev.
 //
-// Kargo itself does not run here (its controller is not available as a Go
-// module): the demo performs its promotion steps, and says so.
+// When Kargo is built (hack/substrate.sh kargo, from ../shared/kargo/src), the
+// real Kargo runs the rollout instead (kargo.go): examples/kargo's Warehouse
+// and Stages with Stackflow's promotion tasks, verified by Argo Rollouts;
+// otherwise the demo performs the tasks' steps itself, and says why.
 package demo
 
 import (
@@ -46,9 +48,11 @@ import (
 	"github.com/stackflow-io/stackflow/internal/revision"
 	"github.com/stackflow-io/stackflow/kargo-steps/manifest"
 	"github.com/stackflow-io/stackflow/kargo-steps/waiter"
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/devenv"
 	"github.com/stackflow-io/stackflow/operator/test/argocd"
+	"github.com/stackflow-io/stackflow/operator/test/kargo"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -91,6 +95,9 @@ type Summary struct {
 	ArgoCD bool
 	// ArgoCDVersion is the version of the Argo CD that synced, e.g. v3.2.11.
 	ArgoCDVersion string
+	// Kargo says whether the real Kargo promoted (false: the demo ran the
+	// tasks' steps).
+	Kargo bool
 	// Kubeconfig is a kubeconfig of the control plane.
 	Kubeconfig string
 	// Elapsed is the whole run.
@@ -117,6 +124,8 @@ type demo struct {
 	stages      []stage
 	analysis    string
 	token       string
+	// kargo is the real Kargo, when it runs.
+	kargo *kargoRun
 }
 
 // Run runs the demo.
@@ -151,10 +160,23 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if d.argo != nil {
 		defer d.argo.Stop()
 		sum.ArgoCD, sum.ArgoCDVersion = true, d.argoVersion
+		if kb, rb, err := locateKargo(); err != nil {
+			say("Kargo is not run (%v): the demo performs the steps of its promotion tasks itself", err)
+		} else if err := d.startKargo(ctx, kb, rb); err != nil {
+			say("Kargo could not start (%v): the demo performs the steps of its promotion tasks itself", err)
+		} else {
+			defer d.kargo.stop()
+		}
 	}
 	// Stopped (deferred) before the control plane is.
 	actx, stopAnalysis := context.WithCancel(ctx)
 	defer stopAnalysis()
+	if d.kargo != nil {
+		if err := d.runKargo(actx, sum); err != nil {
+			return nil, err
+		}
+		return sum, nil
+	}
 	if err := d.startAnalysis(actx); err != nil {
 		return nil, err
 	}
@@ -277,25 +299,9 @@ func (d *demo) startArgoCD(ctx context.Context) error {
 // mints a token for a verifier ServiceAccount bound to read the Stacks, as
 // analysis/config/kargo-project sets up for a Kargo project.
 func (d *demo) startAnalysis(ctx context.Context) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if err := d.serveAnalysis(ctx); err != nil {
 		return err
 	}
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, service.Options{Auth: service.AuthKube, AuthCacheTTL: 10 * time.Second, Config: d.local.CP.Config,
-			Listener: ln, Log: ctrl.Log.WithName("analysis"), Ready: ready})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		return fmt.Errorf("analysis service: %w", err)
-	case <-time.After(time.Minute):
-		return errors.New("analysis service: caches not synced in a minute")
-	}
-	d.analysis = "http://" + ln.Addr().String()
-
 	for _, path := range []string{"analysis/config/default/verifier_roles.yaml"} {
 		docs, err := readDocs(filepath.Join(substrate.RepoRoot(), path))
 		if err != nil {
@@ -330,7 +336,10 @@ func (d *demo) startAnalysis(ctx context.Context) error {
 		return err
 	}
 	expiry := int64(3600 * 4)
-	tr, err := cs.CoreV1().ServiceAccounts(verifierNamespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	// A token for the service's audience: it refuses one for the API
+	// server's own.
+	tr, err := cs.CoreV1().ServiceAccounts(verifierNamespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences: []string{service.DefaultAudience}, ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
@@ -342,13 +351,38 @@ func (d *demo) startAnalysis(ctx context.Context) error {
 	return nil
 }
 
+// serveAnalysis runs the analysis service with Kubernetes authentication
+// until ctx ends, and sets d.analysis once its caches have synced.
+func (d *demo) serveAnalysis(ctx context.Context) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, service.Options{Auth: service.AuthKube, AuthCacheTTL: 10 * time.Second, Config: d.local.CP.Config,
+			Listener: ln, Log: ctrl.Log.WithName("analysis"), Ready: ready})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		return fmt.Errorf("analysis service: %w", err)
+	case <-time.After(time.Minute):
+		return errors.New("analysis service: caches not synced in a minute")
+	}
+	d.analysis = "http://" + ln.Addr().String()
+	return nil
+}
+
 // programFile is the program's path in the program repository (the
 // example Stacks' repoDir).
 const programFile = "programs/web/Pulumi.yaml"
 
 // programYAML is release n of the demo's program: one record of the test
 // provider whose content is the environment's greeting (from its
-// ConfigMap) and the release; broken releases fail on update.
+// ConfigMap, or "hello": examples/kargo's Stacks set none) and the release;
+// broken releases fail on update.
 func programYAML(n int, broken bool) string {
 	failOn := ""
 	if broken {
@@ -360,6 +394,7 @@ description: The demo's program, release %d
 config:
   greeting:
     type: string
+    default: hello
 resources:
   site:
     type: stackflowtest:index:Record
@@ -378,11 +413,6 @@ outputs:
 // loopback, and returns release 1's commit.
 func (d *demo) makeRepositories(ctx context.Context) (string, error) {
 	root := filepath.Join(d.local.Dir, "git")
-	for _, sub := range []string{"served", "work"} {
-		if err := os.MkdirAll(filepath.Join(root, sub), 0o755); err != nil {
-			return "", err
-		}
-	}
 	var err error
 	if d.git, err = startGitServer(filepath.Join(root, "served")); err != nil {
 		return "", err
@@ -622,6 +652,9 @@ func (d *demo) rows(ctx context.Context) []Row {
 		}
 		rows = append(rows, r)
 	}
+	if d.kargo != nil {
+		d.kargo.kargoColumns(ctx, rows)
+	}
 	return rows
 }
 
@@ -629,8 +662,13 @@ func (d *demo) rows(ctx context.Context) []Row {
 func stackColumns(s *pulumiv1.Stack) (commit, state, lastUpdate string, since time.Time) {
 	if lu := s.Status.LastUpdate; lu != nil {
 		commit = revision.Short(lu.LastSuccessfulCommit)
-		if lu.LastAttemptedCommit != "" && lu.LastAttemptedCommit != lu.LastSuccessfulCommit {
-			commit += " (tried " + revision.Short(lu.LastAttemptedCommit) + ")"
+		switch {
+		case lu.Type == autov1alpha1.PreviewType && lu.State == pulumiv1.SucceededStackStateMessage:
+			// lastSuccessfulCommit is the last successful up's: a preview
+			// Stack's commit is the one it last previewed.
+			commit = revision.Short(lu.LastAttemptedCommit) + " (previewed)"
+		case lu.LastAttemptedCommit != "" && lu.LastAttemptedCommit != lu.LastSuccessfulCommit:
+			commit = strings.TrimSpace(commit + " (tried " + revision.Short(lu.LastAttemptedCommit) + ")")
 		}
 		lastUpdate = strings.TrimSpace(fmt.Sprintf("%s %s %s", lu.Type, lu.State, lu.Name))
 	}
@@ -653,7 +691,11 @@ func (d *demo) summary(sum *Summary) {
 	d.scr.Print()
 	w := d.o.Out
 	fmt.Fprintf(w, "\nSummary (%s):\n", formatDuration(sum.Elapsed))
-	fmt.Fprintf(w, "  release 2 (%s) went dev → test → prod", revision.Short(sum.Release))
+	if sum.Kargo {
+		fmt.Fprintf(w, "  release 2 (%s) was found by Kargo's Warehouse, auto-promoted into dev and preview, promoted into test and, through a merged pull request, prod", revision.Short(sum.Release))
+	} else {
+		fmt.Fprintf(w, "  release 2 (%s) went dev → test → prod", revision.Short(sum.Release))
+	}
 	if sum.ProdDeclined {
 		fmt.Fprint(w, " (prod declined at the approval)")
 	}
@@ -664,7 +706,11 @@ func (d *demo) summary(sum *Summary) {
 	} else {
 		fmt.Fprintln(w, "  Argo CD was not available: a server-side-apply loop synced the manifests.")
 	}
-	fmt.Fprintln(w, "  Kargo's controller did not run (not available here): its stackflow-promote steps were performed by the demo.")
+	if sum.Kargo {
+		fmt.Fprintf(w, "  Kargo %s promoted with Stackflow's tasks stackflow-promote and stackflow-promote-pr and verified each Stage with an AnalysisRun run by Argo Rollouts.\n", kargo.Version)
+	} else {
+		fmt.Fprintln(w, "  Kargo did not run (see above why): the steps of its task stackflow-promote were performed by the demo.")
+	}
 	fmt.Fprintf(w, "  Explore: export KUBECONFIG=%s; kubectl get stacks -A; kubectl get updates -A; kubectl get applications -n argocd\n", sum.Kubeconfig)
 }
 

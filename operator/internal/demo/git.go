@@ -24,6 +24,9 @@ type gitServer struct {
 }
 
 func startGitServer(root string) (*gitServer, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
 	h, err := gitrepo.Handler(root)
 	if err != nil {
 		return nil, err
@@ -51,6 +54,9 @@ type repo struct {
 
 func newRepo(ctx context.Context, g *gitServer, name, workDir string) (*repo, error) {
 	r := &repo{bare: filepath.Join(g.root, name), work: workDir}
+	if err := os.MkdirAll(filepath.Dir(workDir), 0o755); err != nil {
+		return nil, err
+	}
 	if err := git(ctx, g.root, "init", "-q", "--bare", "-b", "main", r.bare); err != nil {
 		return nil, err
 	}

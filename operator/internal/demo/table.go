@@ -25,24 +25,41 @@ type Row struct {
 	LastUpdate string
 	// Since is when State and Commit last changed.
 	Since time.Time
+	// Freight and Promotion, when Kargo runs: the Freight the Kargo Stage
+	// holds (alias and commit) and its last Promotion's phase.
+	Freight, Promotion string
 }
 
 // key is what a change of the table is judged by (not the elapsed times).
 func (r Row) key() string {
-	return strings.Join([]string{r.Stage, r.Stack, r.Commit, r.State, r.Health, r.LastUpdate}, "\x00")
+	return strings.Join([]string{r.Stage, r.Stack, r.Commit, r.State, r.Health, r.LastUpdate, r.Freight, r.Promotion}, "\x00")
 }
 
 // RenderTable renders the rows as an aligned text table, with each row's
 // time in its state as of now.
 func RenderTable(rows []Row, now time.Time) string {
+	// The Kargo columns appear when Kargo runs (a row has them).
+	kargo := false
+	for _, r := range rows {
+		kargo = kargo || r.Freight != "" || r.Promotion != ""
+	}
 	header := []string{"STAGE", "STACK", "COMMIT", "STACK STATE", "ARGO CD", "LAST UPDATE", "ELAPSED"}
+	if kargo {
+		header = append([]string{"STAGE", "FREIGHT", "PROMOTION"}, header[1:]...)
+	}
 	cells := [][]string{header}
 	for _, r := range rows {
 		elapsed := "-"
 		if !r.Since.IsZero() {
 			elapsed = formatDuration(now.Sub(r.Since))
 		}
-		cells = append(cells, []string{r.Stage, r.Stack, orDash(r.Commit), truncate(orDash(r.State), 44), orDash(r.Health), truncate(orDash(r.LastUpdate), 40), elapsed})
+		row := []string{r.Stack, orDash(r.Commit), truncate(orDash(r.State), 44), orDash(r.Health), truncate(orDash(r.LastUpdate), 40), elapsed}
+		if kargo {
+			row = append([]string{r.Stage, orDash(r.Freight), truncate(orDash(r.Promotion), 24)}, row...)
+		} else {
+			row = append([]string{r.Stage}, row...)
+		}
+		cells = append(cells, row)
 	}
 	widths := make([]int, len(header))
 	for _, row := range cells {
@@ -146,7 +163,11 @@ func (s *screen) Update(rows []Row) {
 
 // RowLine is a row on one line, for output that is not redrawn.
 func RowLine(r Row) string {
-	return fmt.Sprintf("%-5s %-26s %-36s Argo CD %-20s last update: %s", r.Stage, "commit "+orDash(r.Commit), orDash(r.State), orDash(r.Health), orDash(r.LastUpdate))
+	line := fmt.Sprintf("%-7s %-26s %-36s Argo CD %-20s last update: %s", r.Stage, "commit "+orDash(r.Commit), orDash(r.State), orDash(r.Health), orDash(r.LastUpdate))
+	if r.Freight != "" || r.Promotion != "" {
+		line += fmt.Sprintf("; Freight %s, Promotion %s", orDash(r.Freight), orDash(r.Promotion))
+	}
+	return line
 }
 
 // Ask prints the table once more and the question after it, and draws

@@ -47,6 +47,14 @@ func TestStackColumns(t *testing.T) {
 			Conditions: []metav1.Condition{cond("Ready", "False", "UpdateFailed"), cond("Stalled", "True", "UpdateFailed")},
 			LastUpdate: &pulumiv1.StackUpdateState{Name: "u7", Type: "up", State: "failed", LastAttemptedCommit: bad, LastSuccessfulCommit: good},
 		}, commit: "aaaaaaa (tried bbbbbbb)", state: "Stalled (UpdateFailed)", lastUpdate: "up failed u7"},
+		{name: "a preview Stack shows the commit it previewed", status: pulumiv1.StackStatus{
+			Conditions: []metav1.Condition{cond("Ready", "True", "ProcessingCompleted")},
+			LastUpdate: &pulumiv1.StackUpdateState{Name: "p3", Type: "preview", State: "succeeded", LastAttemptedCommit: bad},
+		}, commit: "bbbbbbb (previewed)", state: "Ready", lastUpdate: "preview succeeded p3"},
+		{name: "a failed preview", status: pulumiv1.StackStatus{
+			Conditions: []metav1.Condition{cond("Ready", "False", "UpdateFailed"), cond("Stalled", "True", "UpdateFailed")},
+			LastUpdate: &pulumiv1.StackUpdateState{Name: "p4", Type: "preview", State: "failed", LastAttemptedCommit: bad},
+		}, commit: "(tried bbbbbbb)", state: "Stalled (UpdateFailed)", lastUpdate: "preview failed p4"},
 		{name: "reconciling wins over a false Ready", status: pulumiv1.StackStatus{
 			Conditions: []metav1.Condition{cond("Ready", "False", "Progressing"), cond("Reconciling", "True", "StackProcessing")},
 		}, state: "Reconciling (StackProcessing)"},

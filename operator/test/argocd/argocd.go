@@ -146,8 +146,7 @@ func Locate(v Version) (Build, error) {
 
 // InstallCRDs installs Argo CD's CRDs (Application, ApplicationSet, AppProject).
 func (b Build) InstallCRDs(env *envtest.Environment) error {
-	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{b.CRDs}, ErrorIfPathMissing: true})
-	return err
+	return substrate.InstallCRDs(env, b.CRDs)
 }
 
 // Options configure a running Argo CD.

@@ -1,14 +1,17 @@
-// Package fakegithub is a faithful local stand-in for the one GitHub REST
-// endpoint a GitHub App installation needs, "Create an installation access
-// token for an app" (POST /app/installations/{installation_id}/access_tokens),
-// for tests: it verifies the JWT's RS256 signature with the App's public key,
-// its claims (iss the App ID, iat in the past, exp at most 10 minutes
-// ahead and not passed), the documented headers and the installation ID,
-// answers 201 with a token and its expiry, and GitHub-shaped errors
-// otherwise. It counts calls and tells which tokens it issued, so a git
-// server can accept only those. It serves HTTPS, as the operator accepts no
-// other API URL, with a certificate of a test authority (CAPEM) that Client
-// trusts.
+// Package fakegithub holds faithful local stand-ins for GitHub, for tests:
+//
+//   - Server, the one REST endpoint a GitHub App installation needs, "Create
+//     an installation access token for an app" (POST
+//     /app/installations/{installation_id}/access_tokens): it verifies the
+//     JWT's RS256 signature with the App's public key, its claims (iss the App
+//     ID, iat in the past, exp at most 10 minutes ahead and not passed), the
+//     documented headers and the installation ID, answers 201 with a token and
+//     its expiry, and GitHub-shaped errors otherwise. It counts calls and tells
+//     which tokens it issued, so a git server can accept only those. It serves
+//     HTTPS, as the operator accepts no other API URL, with a certificate of a
+//     test authority (CAPEM) that Client trusts.
+//   - Enterprise, a GitHub Enterprise Server serving git and the pull request
+//     API that Kargo's git-open-pr and git-wait-for-pr steps use.
 package fakegithub
 
 import (
@@ -171,9 +174,7 @@ func (s *Server) Authorize(user, password string) bool {
 
 // fail answers as GitHub does: a JSON message and documentation URL.
 func fail(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg, "documentation_url": "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app", "status": fmt.Sprint(status)})
+	writeError(w, status, msg, "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app")
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {

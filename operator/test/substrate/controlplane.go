@@ -184,3 +184,13 @@ func WriteKubeconfig(env *envtest.Environment, path string) (string, error) {
 	}
 	return path, os.WriteFile(path, b, 0o600)
 }
+
+// InstallCRDs installs the CRDs of the YAML files in dir (a host tool's:
+// Argo CD's, Argo Rollouts', Kargo's) and waits until the API server serves
+// them, for up to 2 minutes: envtest's default of 10 s is too short for a
+// dozen large CRDs on 2 busy cores (seen: Argo CD's timed out while other
+// builds ran).
+func InstallCRDs(env *envtest.Environment, dir string) error {
+	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true, MaxTime: 2 * time.Minute})
+	return err
+}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -186,4 +187,57 @@ func TestSubstrateTakesInstalledBinaries(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSubstrateKargoNeedsItsSource: Kargo is built from its shared source
+// only. Without that folder, the sets skip kargo saying why (and build the
+// rest), and `hack/substrate.sh kargo`, which asks for it by name, fails;
+// with it, kargo is planned for a build with its cold estimate. `env` names
+// its cache directory either way, as for every tool.
+func TestSubstrateKargoNeedsItsSource(t *testing.T) {
+	tmp := t.TempDir()
+	cache := filepath.Join(tmp, "cache")
+	none := filepath.Join(tmp, "no-kargo-src")
+	env := cleanEnv(t, "STACKFLOW_CACHE="+cache, "XDG_DATA_HOME="+filepath.Join(tmp, "share"), "STACKFLOW_KARGO_SRC="+none)
+
+	for _, set := range []string{"demo", "all"} {
+		plan, _ := substrateSh(t, env, "plan", set)
+		if want := "kargo          skipped: no Kargo source at " + none; !strings.Contains(plan, want) {
+			t.Errorf("plan %s lacks %q:\n%s", set, want, plan)
+		}
+		if regexp.MustCompile(`building .*\bkargo\b`).MatchString(plan) {
+			t.Errorf("plan %s would build kargo without its source:\n%s", set, plan)
+		}
+	}
+	cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "substrate.sh"), "kargo")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "kargo: skipped, no Kargo source at "+none) {
+		t.Errorf("hack/substrate.sh kargo without the source: %v, want a failure saying why:\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(cache, "kargo-v1.11.2.tmp")); err == nil {
+		t.Error("hack/substrate.sh kargo started a build without the source")
+	}
+
+	exports, _ := substrateSh(t, env, "env")
+	if want := "export STACKFLOW_KARGO=" + filepath.Join(cache, "kargo-v1.11.2") + "\n"; !strings.Contains(exports, want) {
+		t.Errorf("env lacks %q:\n%s", want, exports)
+	}
+	p, err := locate(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Kargo != filepath.Join(cache, "kargo-v1.11.2") {
+		t.Errorf("Locate().Kargo = %s, want the cache's kargo-v1.11.2", p.Kargo)
+	}
+
+	src := KargoSource()
+	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
+		t.Logf("no Kargo source at %s: the planned build is not checked", src)
+		return
+	}
+	plan, _ := substrateSh(t, cleanEnv(t, "STACKFLOW_CACHE="+cache, "STACKFLOW_KARGO_SRC="+src), "plan", "kargo")
+	if !regexp.MustCompile(`kargo +to build \(~[0-9]+ min cold\): ` + regexp.QuoteMeta(filepath.Join(cache, "kargo-v1.11.2"))).MatchString(plan) {
+		t.Errorf("plan kargo with the source lacks its build with a cold estimate:\n%s", plan)
+	}
 }

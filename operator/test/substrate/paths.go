@@ -37,6 +37,21 @@ type Paths struct {
 	Cluster string
 	// Netpol holds kube-network-policies (STACKFLOW_NETPOL).
 	Netpol string
+	// Kargo holds the kargo binary (Kargo's control plane), credential-helper
+	// and Kargo's CRDs in crds/ (STACKFLOW_KARGO; `hack/substrate.sh kargo`,
+	// built only where Kargo's source is: KargoSource).
+	Kargo string
+}
+
+// KargoSource is where Kargo's Go source is expected, as hack/substrate.sh's
+// KARGO_SRC: the shared reference data beside the repository root
+// (../shared/kargo/src), or $STACKFLOW_KARGO_SRC (a worktree elsewhere). A
+// checkout without it builds no Kargo, and the tests that run Kargo skip.
+func KargoSource() string {
+	if dir := os.Getenv("STACKFLOW_KARGO_SRC"); dir != "" {
+		return dir
+	}
+	return filepath.Join(RepoRoot(), "..", "shared", "kargo", "src")
 }
 
 // envVars maps each substrate variable of `hack/substrate.sh env` to its field.
@@ -50,6 +65,7 @@ func (p *Paths) envVars() map[string]*string {
 		"STACKFLOW_ARGOCD3":              &p.ArgoCD3,
 		"STACKFLOW_CLUSTER":              &p.Cluster,
 		"STACKFLOW_NETPOL":               &p.Netpol,
+		"STACKFLOW_KARGO":                &p.Kargo,
 	}
 }
 

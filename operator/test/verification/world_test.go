@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/analysis/pulumicloud/cloudtest"
@@ -28,6 +26,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
 	"github.com/stackflow-io/stackflow/operator/test/inprocess"
+	"github.com/stackflow-io/stackflow/operator/test/rollouts"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
@@ -35,21 +34,16 @@ var (
 	cp *substrate.ControlPlane
 	// bin holds the agent and stackflow-kargo built for this run.
 	bin string
-	// rolloutsDir holds rollouts-controller and its CRDs (make substrate).
-	rolloutsDir string
+	// rolloutsBuild is rollouts-controller and its CRDs (make substrate).
+	rolloutsBuild rollouts.Build
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	paths, err := substrate.Locate()
-	if err != nil {
+	var err error
+	if rolloutsBuild, err = rollouts.Locate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	rolloutsDir = paths.Rollouts
-	if _, err := os.Stat(filepath.Join(rolloutsDir, "rollouts-controller")); err != nil {
-		fmt.Fprintf(os.Stderr, "rollouts-controller not built (%v): run `make substrate`\n", err)
 		return 1
 	}
 	if bin, err = os.MkdirTemp("", "stackflow-verification-bin-"); err != nil {
@@ -71,7 +65,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer cp.Stop()
-	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{Paths: []string{filepath.Join(rolloutsDir, "crds")}, ErrorIfPathMissing: true}); err != nil {
+	if err := rolloutsBuild.InstallCRDs(cp.Env); err != nil {
 		fmt.Fprintf(os.Stderr, "install Argo Rollouts CRDs: %v\n", err)
 		return 1
 	}
@@ -191,7 +185,9 @@ func (w *world) tokens(t *testing.T) (allowed, denied string) {
 		}
 	}
 	token := func(sa string) string {
-		tr, err := cs.CoreV1().ServiceAccounts(w.ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+		// For the service's audience: it refuses the API server's own.
+		tr, err := cs.CoreV1().ServiceAccounts(w.ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			Audiences: []string{service.DefaultAudience}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("token for %s: %v", sa, err)
 		}
@@ -209,64 +205,18 @@ func (w *world) tokens(t *testing.T) (allowed, denied string) {
 // controller) against the control plane until the test ends.
 func startRollouts(t *testing.T) {
 	t.Helper()
-	user, err := cp.Env.AddUser(envtest.User{Name: "argo-rollouts", Groups: []string{"system:masters"}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ctl, err := rollouts.Start(ctx, rollouts.Options{Build: rolloutsBuild, Env: cp.Env, Dir: t.TempDir()})
 	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ports := freePorts(t, 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, filepath.Join(rolloutsDir, "rollouts-controller"),
-		"--kubeconfig", kubeconfig, "--controllers", "analysis", "--leader-elect=false",
-		"--healthzPort", ports[0], "--metricsPort", ports[1], "--loglevel", "info")
-	logFile, err := os.Create(filepath.Join(dir, "rollouts-controller.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		logFile.Close()
+		ctl.Stop()
 		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			lines := strings.Split(string(b), "\n")
-			if len(lines) > 80 {
-				lines = lines[len(lines)-80:]
-			}
-			t.Logf("rollouts-controller log (last lines):\n%s", strings.Join(lines, "\n"))
+			t.Logf("rollouts-controller log (last lines):\n%s", substrate.Tail(ctl.LogPath, 6000))
 		}
 	})
-}
-
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	var ports []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
 }
 
 // eventually polls cond until it returns true or the timeout passes.
