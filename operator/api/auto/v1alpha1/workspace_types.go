@@ -61,6 +61,11 @@ const (
 	// (--pod-security-enforcement) refused the workspace pod, which asks for
 	// privileges the namespace's Pod Security level forbids.
 	WorkspaceReasonPodSecurityForbidden = "PodSecurityForbidden"
+	// WorkspaceReasonConfigurationFailed: the agent could not select or
+	// create a stack, or set its configuration. Stalled at once when the
+	// configuration is invalid or the stack missing with create off; when
+	// the failure may pass, once it has lasted (status.configurationFailure).
+	WorkspaceReasonConfigurationFailed = "ConfigurationFailed"
 )
 
 // SecurityProfile selects the Pod Security Standard the workspace pod is built to.
@@ -405,6 +410,18 @@ type WorkspaceStatus struct {
 	// +optional
 	PulumiVersion string `json:"pulumiVersion,omitempty"`
 
+	// configurationFailure is set while applying the stacks' configuration
+	// (selecting or creating a stack, setting its configuration) keeps
+	// failing with an error that may pass, such as a stack lock or an
+	// unreachable backend: since when, and how many attempts. The attempts
+	// back off from 5 seconds to 5 minutes; once they have failed for 2
+	// minutes and at least 5 times the Workspace is Stalled
+	// (ConfigurationFailed) with the last error, and still tried every 5
+	// minutes. Kept in status so that a restarted operator decides the same;
+	// cleared by a success or a new spec generation.
+	// +optional
+	ConfigurationFailure *WorkspaceConfigurationFailure `json:"configurationFailure,omitempty"`
+
 	// conditions describe the workspace's state: Ready, and Stalled while it
 	// cannot progress.
 	// +optional
@@ -413,6 +430,31 @@ type WorkspaceStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// WorkspaceConfigurationFailure counts consecutive failures to apply the
+// stacks' configuration.
+type WorkspaceConfigurationFailure struct {
+	// stack is the stack whose configuration failed last.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	Stack string `json:"stack"`
+	// generation is the Workspace generation the attempts were made for: a
+	// new spec starts afresh.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Generation int64 `json:"generation"`
+	// since is when the first of the consecutive failures happened.
+	// +required
+	Since metav1.Time `json:"since"`
+	// lastAttempt is when the last of them happened; the next attempt is
+	// due a backoff later.
+	// +required
+	LastAttempt metav1.Time `json:"lastAttempt"`
+	// attempts counts the consecutive failed attempts.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Attempts int32 `json:"attempts"`
 }
 
 // Workspace is an isolated environment (a pod, or a local process in development)
