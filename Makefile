@@ -6,7 +6,6 @@ SUBSTRATE := ./hack/substrate.sh
 # PHASE NAME CMD…: runs CMD and prints how long it took.
 PHASE := ./hack/phase.sh
 CONTROLLER_GEN = $(shell $(SUBSTRATE) dir controller-gen)/controller-gen
-PROTOC_TOOLS = $(shell $(SUBSTRATE) dir protoc-tools)
 CRD_DIR := operator/config/crd/bases
 # Tests that start a control plane or Pulumi may take a while on 2 cores.
 TEST_TIMEOUT ?= 40m
@@ -17,13 +16,29 @@ help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: substrate
-substrate: ## Build (once, cached outside the tree) kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, argocd
+# Each substrate target first says what it will take or build and how long a
+# cold build takes (hack/substrate.sh plan), then prints progress while it builds.
+substrate: ## Obtain what make test needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, Argo CD v3 and v2.14 components): cached, installed or built
+	@echo "[substrate] make test needs:"; $(SUBSTRATE) plan all
 	$(SUBSTRATE) all
 
+.PHONY: substrate-run
+substrate-run: ## Obtain only what make run needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml)
+	@echo "[substrate] make run needs:"; $(SUBSTRATE) plan run
+	$(SUBSTRATE) run
+
+.PHONY: substrate-demo
+# --argocd-version 2.14 in DEMO_ARGS needs Argo CD v2.14 besides.
+DEMO_TOOLS = demo $(if $(findstring 2.14,$(DEMO_ARGS)),argocd)
+substrate-demo: ## Obtain only what make demo needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml, Argo CD v3)
+	@echo "[substrate] make demo needs:"; $(SUBSTRATE) plan $(DEMO_TOOLS)
+	$(SUBSTRATE) $(DEMO_TOOLS)
+
 .PHONY: tools
-tools: ## Build the code generators (controller-gen, buf, protoc-gen-go, protoc-gen-go-grpc)
+# buf and the protoc plugins are built by hack/gen-proto.sh only when the
+# protobuf inputs changed (see generated.sha256 there).
+tools: ## Build the code generator every make generate runs (controller-gen)
 	$(SUBSTRATE) controller-gen
-	$(SUBSTRATE) protoc-tools
 
 .PHONY: generate
 generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs and operator rules, and generated go.mod replace blocks
@@ -37,7 +52,7 @@ generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs a
 	go run ./hack/crdtrim $(CRD_DIR)/*.yaml
 	$(CONTROLLER_GEN) rbac:roleName=stackflow-operator paths=./operator/internal/... output:rbac:artifacts:config=operator/config/rbac
 	go run ./hack/chartgen
-	cd operator/proto/agent/v1 && PATH="$(PROTOC_TOOLS):$$PATH" buf generate --template buf.gen.yaml .
+	./hack/gen-proto.sh
 	go run ./argocd-health/cmd/gen
 
 .PHONY: verify-generate
@@ -55,7 +70,7 @@ argocd-health: ## Regenerate argocd-health/install (argocd-cm Component, Helm va
 	go run ./argocd-health/cmd/gen
 
 .PHONY: health-fixtures
-health-fixtures: substrate ## Re-capture argocd-health/testdata/captured from a real operator run
+health-fixtures: substrate-run ## Re-capture argocd-health/testdata/captured from a real operator run
 	eval "$$($(SUBSTRATE) env)" && STACKFLOW_UPDATE_FIXTURES=1 go test -count=1 -run TestCaptureHealthFixtures ./operator/test/e2e/
 
 .PHONY: build
@@ -128,7 +143,7 @@ bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stack
 
 .PHONY: demo
 # Built, then exec'd, like run. DEMO_ARGS="--yes --exit" runs it unattended.
-demo: substrate ## Roll a release out dev → test → prod with the real operator, analysis service and Argo CD, offline (DEMO_ARGS=-h lists options)
+demo: substrate-demo ## Roll a release out dev → test → prod with the real operator, analysis service and Argo CD v3, offline (DEMO_ARGS=-h lists options; --argocd-version 2.14 runs v2.14)
 	go build -o bin/stackflow-demo ./operator/cmd/stackflow-demo
 	exec ./bin/stackflow-demo $(DEMO_ARGS)
 
@@ -136,6 +151,6 @@ demo: substrate ## Roll a release out dev → test → prod with the real operat
 # Built, then exec'd (not `go run`, which dies of SIGTERM without passing it on):
 # make passes SIGTERM to the recipe's process, which then is stackflow-dev
 # itself, and Ctrl-C or SIGTERM stops the control plane and agents it started.
-run: substrate ## Run Stackflow locally: control plane, operator (local runtime), file backend, a sample Stack (RUN_ARGS=-h lists options)
+run: substrate-run ## Run Stackflow locally: control plane, operator (local runtime), file backend, a sample Stack (RUN_ARGS=-h lists options)
 	go build -o bin/stackflow-dev ./operator/cmd/stackflow-dev
 	exec ./bin/stackflow-dev $(RUN_ARGS)

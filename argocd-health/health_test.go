@@ -102,6 +102,8 @@ var healthCases = []healthCase{
 	// Workspace.
 	{"captured/workspace-ready.yaml", healthy, "Agent ready at 127.0.0.1:30000 (pulumi 3.274.1)", ""},
 	{"hand/workspace-stalled.yaml", degraded, "Stalled (InstallationFailed): fetch file:///git/fixtures.git: reference not found", ""},
+	{"hand/workspace-stale-stall.yaml", progressing, "Waiting for the operator to apply generation 2 (the status describes generation 1)", ""},
+	{"hand/workspace-stalled-new-generation.yaml", degraded, "Stalled (InstallationFailed): fetch file:///git/fixtures.git: reference not found", ""},
 	{"hand/workspace-initializing.yaml", progressing, "Not ready (Initializing): waiting for the agent to start", ""},
 	{"hand/workspace-old-generation.yaml", progressing, "Waiting for the operator to apply generation 2 (the status describes generation 1)", ""},
 	{"hand/workspace-no-status.yaml", progressing, "Waiting for the operator to start the workspace", ""},

@@ -75,22 +75,21 @@ func run(m *testing.M) int {
 
 // crdDirs finds the CRDs of Argo CD, Argo Rollouts and Kargo (Stackflow's
 // are installed by the substrate), failing with what to do when the
-// substrate was not built or its environment not set.
+// substrate was not built.
 func crdDirs() ([]string, error) {
+	paths, err := substrate.Locate()
+	if err != nil {
+		return nil, err
+	}
 	var dirs []string
-	for _, env := range []struct{ name, what string }{
-		{"STACKFLOW_ARGOCD", "Argo CD v2.14.21"},
-		{"STACKFLOW_ROLLOUTS", "Argo Rollouts v1.10.1"},
+	for _, build := range []struct{ dir, what string }{
+		{paths.ArgoCD, "Argo CD"},
+		{paths.Rollouts, "Argo Rollouts"},
 	} {
-		dir := os.Getenv(env.name)
-		if dir == "" {
-			return nil, fmt.Errorf("%s is not set: run through `make test`, or eval \"$(./hack/substrate.sh env)\" after `make substrate` (it points at the build of %s and its CRDs)", env.name, env.what)
+		if _, err := os.Stat(filepath.Join(build.dir, ".complete")); err != nil {
+			return nil, fmt.Errorf("the build of %s in %s is not complete (%v): run `make substrate`", build.what, build.dir, err)
 		}
-		crds := filepath.Join(dir, "crds")
-		if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
-			return nil, fmt.Errorf("%s=%s: the build of %s is not complete (%v): run `make substrate`", env.name, dir, env.what, err)
-		}
-		dirs = append(dirs, crds)
+		dirs = append(dirs, filepath.Join(build.dir, "crds"))
 	}
 	kargo := filepath.Join(kargoDir(), "crds")
 	if _, err := os.Stat(kargo); err != nil {

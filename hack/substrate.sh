@@ -1,15 +1,38 @@
 #!/usr/bin/env bash
-# substrate.sh obtains the real binaries the tests and `make run` need, building each
-# from the Go module proxy into a versioned cache directory outside the work tree:
+# substrate.sh obtains the real binaries the tests, `make run` and `make demo` need.
+# Each tool is taken, in this order, from:
 #
-#   ${STACKFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stackflow}/<tool>-<version>/
+#   1. an explicit, compatible installation: KUBEBUILDER_ASSETS (kube-apiserver and
+#      etcd) when it is set;
+#   2. the cache, when it holds a complete build of the pinned version:
+#      ${STACKFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stackflow}/<tool>-<version>/
+#      (marked by .complete);
+#   3. a compatible installation found on the machine: kube-apiserver and etcd in
+#      setup-envtest's store (~/.local/share/kubebuilder-envtest/k8s/*), pulumi and
+#      pulumi-language-yaml on PATH (see "compatible" below);
+#   4. otherwise a build from the Go module proxy into the cache, printing its
+#      progress while it runs and its time when done ([phase] substrate/<tool>: Ns).
 #
-# A tool whose directory already holds a complete build (marked by .complete) is
-# reused. Usage: hack/substrate.sh [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL]
-#   env   prints where the binaries are (KUBEBUILDER_ASSETS, STACKFLOW_PULUMI_ROOT, …).
-#   cluster builds the rest of a single-node cluster (kube-controller-manager,
-#         kube-scheduler, kubelet, kube-proxy) and installs the node packages; it is
-#         not part of `all` (its cold build is long; see README).
+# Compatible (checked from each binary's own version report):
+#   kube-apiserver   v1.35.x (the pinned minor: the CRDs' CEL rules and the
+#                    operator's client are tested against it)
+#   etcd             v3.5.x or v3.6.x (the versions Kubernetes 1.35 supports)
+#   pulumi           v3.274.0 or later v3 (the Automation API of the pinned SDK
+#                    needs no newer CLI; later v3 releases keep its contract)
+#   pulumi-language-yaml  v1.25.0 or later v1 (read with `go version -m`; a binary
+#                    without module information is not taken)
+#
+# Usage: hack/substrate.sh COMMAND
+#   run | demo | all [TOOL...]  obtain the set `make run`, `make demo`, `make test` need (and TOOLs)
+#   TOOL...                obtain these tools (see `tools` below)
+#   plan SET|TOOL...       say what would be taken or built, and how long a cold build takes
+#   env                    print where the binaries are, as shell exports
+#   dir TOOL               print TOOL's cache directory
+#   cached TOOL            succeed when TOOL is complete in the cache (builds nothing)
+#   tools                  list the tools
+# `cluster` (the rest of a single-node cluster: kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy, kube-network-policies, node packages) is
+# not part of `all`: its cold build is long (see README).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,24 +48,212 @@ PROTOC_GEN_GO_VERSION=v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 ROLLOUTS_VERSION=v1.10.1
 ARGOCD_VERSION=v2.14.21
+# The newest Argo CD v3 that builds as a dependency (see hack/gen-tools-argocd.sh).
+ARGOCD3_VERSION=v3.2.11
 NETPOL_VERSION=v0.8.0
+
+# Compatible version ranges of installed binaries: [min, max) (see the header).
+KUBE_RANGE=(v1.35.0 v1.36.0)
+ETCD_RANGE=(v3.5.0 v3.7.0)
+PULUMI_RANGE=(v3.274.0 v4.0.0)
+PULUMI_YAML_RANGE=(v1.25.0 v2.0.0)
+
+# The sets of tools each entry point needs.
+SET_run=(kube pulumi-yaml pulumi)
+SET_demo=(kube pulumi-yaml pulumi argocd3)
+SET_all=(kube pulumi-yaml pulumi rollouts argocd argocd3)
+
+# Cold build estimates, in minutes on 2 cores with an empty Go build cache and
+# nothing else running (README, "Cold and warm times"); `plan` prints them.
+declare -A COLD_MIN=(
+  [kube]=20 [pulumi]=12 [pulumi-yaml]=3 [rollouts]=7 [argocd]=19 [argocd3]=22
+  [controller-gen]=2 [protoc-tools]=5 [cluster]=7 [netpol]=3
+)
 
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# done_or_build DIR FUNC: runs FUNC to fill DIR unless DIR/.complete exists.
+# --- versions ---------------------------------------------------------------
+
+# ver_ge A B: A >= B for versions vX.Y.Z (pre-release suffixes sort before).
+ver_ge() { [ "$(printf '%s\n%s\n' "${1#v}" "${2#v}" | sort -V | head -1)" = "${2#v}" ]; }
+# in_range V MIN MAX: MIN <= V < MAX.
+in_range() { ver_ge "$1" "$2" && ! ver_ge "$1" "$3"; }
+
+# Each *_version prints the version the binary reports of itself, or nothing.
+kube_apiserver_version() { "$1" --version 2>/dev/null | grep -Eo 'v[0-9]+\.[0-9]+\.[0-9]+' | head -1; }
+etcd_version() { "$1" --version 2>/dev/null | sed -n 's/^etcd Version: *\([0-9.]*\).*/v\1/p' | head -1; }
+pulumi_version() { "$1" version 2>/dev/null | grep -Eo '^v[0-9]+\.[0-9]+\.[0-9]+' | head -1; }
+# pulumi-language-yaml has no version flag: its Go build information says it.
+pulumi_yaml_version() {
+  go version -m "$1" 2>/dev/null | awk '$1=="mod" && $2=="github.com/pulumi/pulumi-yaml" {print $3}' | grep -E '^v[0-9]' | head -1
+}
+
+# kube_assets_ok DIR: DIR holds a compatible kube-apiserver and etcd; says why not.
+kube_assets_ok() {
+  local dir=$1 kv ev
+  [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ] || { echo "no kube-apiserver and etcd in $dir"; return 1; }
+  kv=$(kube_apiserver_version "$dir/kube-apiserver"); ev=$(etcd_version "$dir/etcd")
+  in_range "${kv:-v0}" "${KUBE_RANGE[@]}" || { echo "$dir/kube-apiserver is ${kv:-of unknown version}, not ${KUBE_RANGE[0]%.0}.x"; return 1; }
+  in_range "${ev:-v0}" "${ETCD_RANGE[@]}" || { echo "$dir/etcd is ${ev:-of unknown version}, not v3.5.x–v3.6.x"; return 1; }
+  echo "kube-apiserver $kv, etcd $ev"
+}
+
+# --- where each tool is -----------------------------------------------------
+
+kube_dir() { echo "$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"; }
+cluster_dir() { echo "$CACHE/cluster-$KUBE_VERSION"; }
+pulumi_dir() { echo "$CACHE/pulumi-$PULUMI_VERSION"; }
+pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
+controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
+rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION"; }
+# The -components suffix names the recipe (main.go of the tools module, not
+# Argo CD's multi-call cmd), so that a build of the old recipe is never reused.
+argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION-components"; }
+argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components"; }
+netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION"; }
+protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
+
+tool_dir() { "${1//-/_}_dir"; }
+is_cached() { [ -f "$(tool_dir "$1")/.complete" ]; }
+
+# installed_kube prints a compatible kube-apiserver/etcd directory other than the
+# cache: KUBEBUILDER_ASSETS when set (explicit), else setup-envtest's store.
+installed_kube() {
+  local why d
+  if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ "$KUBEBUILDER_ASSETS" != "$(kube_dir)" ]; then
+    if why=$(kube_assets_ok "$KUBEBUILDER_ASSETS"); then echo "$KUBEBUILDER_ASSETS|$why"; return 0; fi
+    log "KUBEBUILDER_ASSETS not taken: $why"
+  fi
+  for d in $(ls -d "${XDG_DATA_HOME:-$HOME/.local/share}"/kubebuilder-envtest/k8s/1.35.*-linux-* 2>/dev/null | sort -rV); do
+    if why=$(kube_assets_ok "$d"); then echo "$d|$why"; return 0; fi
+  done
+  return 1
+}
+
+# installed_on_path NAME VERSIONFN MIN MAX: NAME on PATH, outside the cache, at a
+# compatible version; prints "path|version".
+installed_on_path() {
+  local name=$1 fn=$2 min=$3 max=$4 bin v
+  bin=$(command -v "$name" 2>/dev/null) || return 1
+  case "$bin" in "$CACHE"/*) return 1 ;; esac
+  v=$("$fn" "$bin")
+  if [ -z "$v" ] || ! in_range "$v" "$min" "$max"; then
+    log "$bin not taken: ${v:-version unknown}, compatible is $min up to (not including) $max"
+    return 1
+  fi
+  echo "$bin|$v"
+}
+
+# pulumi_root_for BIN: the directory holding bin/pulumi for BIN (PulumiCommandOptions.Root
+# wants that layout); when BIN is not in a bin/ directory, a link to it is made in the cache.
+pulumi_root_for() {
+  local bin=$1 dir; dir=$(dirname "$bin")
+  if [ "$(basename "$dir")" = bin ]; then dirname "$dir"; return; fi
+  mkdir -p "$CACHE/pulumi-installed/bin"
+  ln -sfn "$bin" "$CACHE/pulumi-installed/bin/pulumi"
+  echo "$CACHE/pulumi-installed"
+}
+
+# resolve TOOL sets WHERE (directory to use), HOW (explicit|cached|installed|build)
+# and WHAT (a description).
+resolve() {
+  local tool=$1 found
+  WHERE=$(tool_dir "$tool"); HOW=build; WHAT=""
+  case "$tool" in
+    kube)
+      # An explicit KUBEBUILDER_ASSETS wins over the cache; setup-envtest's
+      # store comes after it.
+      if found=$(installed_kube); then
+        case "$found" in
+          "${KUBEBUILDER_ASSETS:-/nonexistent}|"*) WHERE=${found%%|*}; HOW=explicit; WHAT=${found#*|}; return ;;
+        esac
+        is_cached kube && { HOW=cached; return; }
+        WHERE=${found%%|*}; HOW=installed; WHAT=${found#*|}; return
+      fi
+      is_cached kube && HOW=cached ;;
+    pulumi)
+      is_cached pulumi && { HOW=cached; return; }
+      if found=$(installed_on_path pulumi pulumi_version "${PULUMI_RANGE[@]}"); then
+        WHERE=$(pulumi_root_for "${found%%|*}"); HOW=installed; WHAT="pulumi ${found#*|} at ${found%%|*}"
+      fi ;;
+    pulumi-yaml)
+      is_cached pulumi-yaml && { HOW=cached; return; }
+      if found=$(installed_on_path pulumi-language-yaml pulumi_yaml_version "${PULUMI_YAML_RANGE[@]}"); then
+        WHERE=$(dirname "${found%%|*}"); HOW=installed; WHAT="pulumi-language-yaml ${found#*|} at ${found%%|*}"
+      fi ;;
+    *) is_cached "$tool" && HOW=cached ;;
+  esac
+  return 0
+}
+
+# --- building ---------------------------------------------------------------
+
+# gobuild LABEL DIR PKG GOFLAGS...: `go build GOFLAGS... PKG` in DIR, printing every
+# 30 s how many packages it has compiled (of how many it needs), so that a cold
+# build is never a silent wait. DIR empty: `go install PKG@VERSION` style (no total).
+gobuild() {
+  local label=$1 dir=$2 pkg=$3; shift 3
+  local out total=? start=$SECONDS rc=0 printer
+  out=$(mktemp)
+  if [ -n "$dir" ]; then
+    total=$(cd "$dir" && go list -deps "$pkg" 2>/dev/null | wc -l) || total=?
+    (cd "$dir" && exec go build -v "$@" "$pkg") 2>"$out" &
+  else
+    (exec go install -v "$@" "$pkg") 2>"$out" &
+  fi
+  local pid=$!
+  (
+    while sleep 30; do
+      log "$label: $(grep -cE '^[A-Za-z0-9][^ ]*$' "$out") of ${total} packages compiled (cached ones are not counted), $((SECONDS - start))s"
+    done
+  ) &
+  printer=$!
+  wait "$pid" || rc=$?
+  kill "$printer" 2>/dev/null; wait "$printer" 2>/dev/null || true
+  if [ $rc -ne 0 ]; then
+    grep -vE '^[A-Za-z0-9][^ ]*$' "$out" >&2 || true
+    rm -f "$out"
+    return $rc
+  fi
+  rm -f "$out"
+}
+
+# done_or_build TOOL: builds TOOL into its cache directory unless it is complete
+# there. A lock serialises concurrent calls for the same tool (they share the
+# .tmp directory); the second one then finds the build complete.
 done_or_build() {
-  local dir=$1 fn=$2
+  local tool=$1 dir; dir=$(tool_dir "$tool")
+  mkdir -p "$CACHE"
+  exec {lockfd}>"$dir.lock"
+  flock "$lockfd"
   if [ -f "$dir/.complete" ]; then
     log "cached: $dir"
+    exec {lockfd}>&-
     return 0
   fi
-  log "building into $dir (first time only; see timings in README)"
+  log "building $tool into $dir (first time only; ~${COLD_MIN[$tool]:-?} min cold on 2 cores)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
   local start=$SECONDS
-  "$fn" "$dir.tmp"
+  "build_${tool//-/_}" "$dir.tmp"
+  echo "$((SECONDS - start))" > "$dir.tmp/.build-seconds"
   touch "$dir.tmp/.complete"
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
+  exec {lockfd}>&-
   log "built $dir in $((SECONDS - start))s"
+  printf '[phase] substrate/%s: %ds, ok\n' "$tool" "$((SECONDS - start))" >&2
+}
+
+# obtain TOOL: takes TOOL from where resolve finds it, building it when nothing
+# usable is there, and says which.
+obtain() {
+  local tool=$1
+  resolve "$tool"
+  case "$HOW" in
+    explicit) log "$tool: using KUBEBUILDER_ASSETS=$WHERE ($WHAT)" ;;
+    installed) log "$tool: using the installed $WHAT (nothing to build)" ;;
+    cached) log "cached: $WHERE" ;;
+    build) done_or_build "$tool" ;;
+  esac
 }
 
 # kube_ldflags prints the -ldflags that stamp KUBE_VERSION into a Kubernetes binary
@@ -59,11 +270,10 @@ kube_ldflags() {
 
 build_kube() {
   local out=$1 ld; ld=$(kube_ldflags)
-  (cd "$here/tools/kube" && \
-    log "go build kube-apiserver $KUBE_VERSION (about 20 min cold)" && \
-    go build -trimpath -ldflags "$ld" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver && \
-    log "go build etcd $ETCD_VERSION (about 3 min cold)" && \
-    go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
+  log "go build kube-apiserver $KUBE_VERSION"
+  gobuild kube-apiserver "$here/tools/kube" k8s.io/kubernetes/cmd/kube-apiserver -trimpath -ldflags "$ld" -o "$out/kube-apiserver"
+  log "go build etcd $ETCD_VERSION"
+  gobuild etcd "$here/tools/kube" go.etcd.io/etcd/server/v3 -trimpath -ldflags "-s -w" -o "$out/etcd"
 }
 
 # build_cluster builds the node and controller components of the single-node
@@ -74,7 +284,7 @@ build_cluster() {
   for bin in kube-controller-manager kube-scheduler kubelet kube-proxy; do
     start=$SECONDS
     log "go build $bin $KUBE_VERSION"
-    (cd "$here/tools/kube" && go build -trimpath -ldflags "$ld" -o "$out/$bin" "k8s.io/kubernetes/cmd/$bin")
+    gobuild "$bin" "$here/tools/kube" "k8s.io/kubernetes/cmd/$bin" -trimpath -ldflags "$ld" -o "$out/$bin"
     log "built $bin in $((SECONDS - start))s"
   done
 }
@@ -86,9 +296,8 @@ build_cluster() {
 # directory so that the cluster-… directory stays valid.
 build_netpol() {
   local out=$1
-  (cd "$here/tools/netpol" && \
-    log "go build kube-network-policies $NETPOL_VERSION (about 2 min cold)" && \
-    go build -trimpath -ldflags "-s -w" -o "$out/kube-network-policies" sigs.k8s.io/kube-network-policies/cmd)
+  log "go build kube-network-policies $NETPOL_VERSION"
+  gobuild kube-network-policies "$here/tools/netpol" sigs.k8s.io/kube-network-policies/cmd -trimpath -ldflags "-s -w" -o "$out/kube-network-policies"
 }
 
 # node_packages installs, from the machine's Debian packages, what the kubelet's
@@ -119,16 +328,16 @@ node_packages() {
 build_pulumi() {
   local out=$1
   mkdir -p "$out/bin"
-  (cd "$here/tools/pulumi" && \
-    log "go build pulumi $PULUMI_VERSION (about 11 CPU-minutes cold)" && \
-    go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
-      -o "$out/bin/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
+  log "go build pulumi $PULUMI_VERSION"
+  gobuild pulumi "$here/tools/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi -trimpath \
+    -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
+    -o "$out/bin/pulumi"
 }
 
 build_pulumi_yaml() {
   local out=$1
-  log "go install pulumi-language-yaml $PULUMI_YAML_VERSION (about 3 min cold)"
-  GOBIN="$out" go install -trimpath -ldflags "-s -w" "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml@$PULUMI_YAML_VERSION"
+  log "go install pulumi-language-yaml $PULUMI_YAML_VERSION"
+  GOBIN="$out" gobuild pulumi-language-yaml "" "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml@$PULUMI_YAML_VERSION" -trimpath -ldflags "-s -w"
 }
 
 # build_rollouts builds the Argo Rollouts controller and keeps, beside it, the
@@ -136,90 +345,134 @@ build_pulumi_yaml() {
 # installs before starting it.
 build_rollouts() {
   local out=$1
-  (cd "$here/tools/rollouts" && \
-    log "go build rollouts-controller $ROLLOUTS_VERSION (about 7 CPU-minutes cold)" && \
-    go build -trimpath -ldflags "-s -w" -o "$out/rollouts-controller" github.com/argoproj/argo-rollouts/cmd/rollouts-controller && \
-    mkdir -p "$out/crds" && \
-    cp "$(go list -m -f '{{.Dir}}' github.com/argoproj/argo-rollouts)"/manifests/crds/*-crd.yaml "$out/crds/" && \
-    chmod u+w "$out"/crds/*)
+  log "go build rollouts-controller $ROLLOUTS_VERSION"
+  gobuild rollouts-controller "$here/tools/rollouts" github.com/argoproj/argo-rollouts/cmd/rollouts-controller -trimpath -ldflags "-s -w" -o "$out/rollouts-controller"
+  mkdir -p "$out/crds"
+  cp "$(cd "$here/tools/rollouts" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-rollouts)"/manifests/crds/*-crd.yaml "$out/crds/"
+  chmod u+w "$out"/crds/*
 }
 
-# build_argocd builds Argo CD's multi-call binary (the component is picked by
-# ARGOCD_BINARY_NAME: argocd-application-controller, argocd-repo-server, …) and
-# keeps, beside it, the CRDs of the same version (the module's manifests/crds).
-build_argocd() {
-  local out=$1
-  (cd "$here/tools/argocd" && \
-    log "go build argocd $ARGOCD_VERSION (about 7 CPU-minutes cold)" && \
-    go build -trimpath -ldflags "-s -w -X github.com/argoproj/argo-cd/v2/common.version=${ARGOCD_VERSION#v}" \
-      -o "$out/argocd" github.com/argoproj/argo-cd/v2/cmd && \
-    mkdir -p "$out/crds" && \
-    cp "$(go list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v2)"/manifests/crds/*-crd.yaml "$out/crds/" && \
-    chmod u+w "$out"/crds/*)
+# build_argocd_components TOOLDIR MAJOR VERSION OUT builds, from the tools
+# module hack/tools/TOOLDIR, the Argo CD components the tests run (application
+# controller, repo server, API server, git-ask-pass: its main.go, picking the
+# component from ARGOCD_BINARY_NAME like Argo CD's multi-call binary) and keeps,
+# beside it, the CRDs and the argocd-cm that the version's install manifests
+# ship (its defaults, e.g. v3's ignoreResourceUpdates), and its VERSION. The
+# whole multi-call binary (CLI, Dex, notifications, ApplicationSet controller,
+# …) compiles about 160 more packages, and its cold build takes longer (README,
+# "Argo CD versions").
+build_argocd_components() {
+  local tooldir=$1 major=$2 version=$3 out=$4 src
+  log "go build argocd $version components (application controller, repo server, API server)"
+  gobuild "argocd $version" "$here/tools/$tooldir" . -trimpath \
+    -ldflags "-s -w -X github.com/argoproj/argo-cd/$major/common.version=${version#v}" -o "$out/argocd"
+  src=$(cd "$here/tools/$tooldir" && go list -m -f '{{.Dir}}' "github.com/argoproj/argo-cd/$major")
+  mkdir -p "$out/crds"
+  cp "$src"/manifests/crds/*-crd.yaml "$out/crds/"
+  cp "$src"/manifests/base/config/argocd-cm.yaml "$out/argocd-cm.yaml"
+  chmod u+w "$out"/crds/* "$out/argocd-cm.yaml"
+  echo "$version" > "$out/VERSION"
 }
+build_argocd() { build_argocd_components argocd v2 "$ARGOCD_VERSION" "$1"; }
+build_argocd3() { build_argocd_components argocd3 v3 "$ARGOCD3_VERSION" "$1"; }
 
 build_controller_gen() {
   local out=$1
-  GOBIN="$out" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
+  GOBIN="$out" gobuild controller-gen "" "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
 }
 
 build_protoc_tools() {
   local out=$1
-  log "go install buf $BUF_VERSION, protoc-gen-go $PROTOC_GEN_GO_VERSION, protoc-gen-go-grpc $PROTOC_GEN_GO_GRPC_VERSION (about 4 min cold)"
-  GOBIN="$out" go install "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION"
-  GOBIN="$out" go install "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION"
-  GOBIN="$out" go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION"
+  log "go install buf $BUF_VERSION, protoc-gen-go $PROTOC_GEN_GO_VERSION, protoc-gen-go-grpc $PROTOC_GEN_GO_GRPC_VERSION"
+  GOBIN="$out" gobuild buf "" "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION"
+  GOBIN="$out" gobuild protoc-gen-go "" "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION"
+  GOBIN="$out" gobuild protoc-gen-go-grpc "" "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION"
 }
 
-kube_dir() { echo "$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"; }
-cluster_dir() { echo "$CACHE/cluster-$KUBE_VERSION"; }
-pulumi_dir() { echo "$CACHE/pulumi-$PULUMI_VERSION"; }
-pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
-controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
-rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION"; }
-argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION"; }
-netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION"; }
-protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
+# --- sets -------------------------------------------------------------------
+
+# set_tools NAME: the tools of a set, or NAME itself when it is a tool.
+set_tools() {
+  local var="SET_$1[@]"
+  if declare -p "SET_$1" >/dev/null 2>&1; then printf '%s\n' "${!var}"; else echo "$1"; fi
+}
+
+# obtain_all TOOL...: obtains the tools in two chains side by side (each go build
+# leaves cores idle while it downloads modules and links, so two finish well
+# before one after the other): the tools still to build are dealt, longest
+# first, to the chain with less estimated work.
+obtain_all() {
+  local tool chain0=() chain1=() w0=0 w1=0 todo=()
+  for tool in "$@"; do
+    resolve "$tool"
+    if [ "$HOW" = build ]; then todo+=("$tool"); else obtain "$tool"; fi
+  done
+  [ ${#todo[@]} -gt 0 ] || return 0
+  log "to build: ${todo[*]} (cold estimate $(estimate "${todo[@]}"))"
+  while read -r _ tool; do
+    if [ "$w0" -le "$w1" ]; then chain0+=("$tool"); w0=$((w0 + ${COLD_MIN[$tool]:-5})); else chain1+=("$tool"); w1=$((w1 + ${COLD_MIN[$tool]:-5})); fi
+  done < <(for tool in "${todo[@]}"; do echo "${COLD_MIN[$tool]:-5} $tool"; done | sort -rn)
+  local pids=() rc=0
+  (for tool in "${chain0[@]}"; do done_or_build "$tool"; done) & pids+=($!)
+  if [ ${#chain1[@]} -gt 0 ]; then (for tool in "${chain1[@]}"; do done_or_build "$tool"; done) & pids+=($!); fi
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  [ $rc -eq 0 ] || { log "a substrate build failed (see above)"; exit 1; }
+}
+
+# estimate TOOL...: the wall-clock estimate of building TOOLs in two chains.
+estimate() {
+  local tool sum=0 max=0 m
+  for tool in "$@"; do m=${COLD_MIN[$tool]:-5}; sum=$((sum + m)); [ "$m" -gt "$max" ] && max=$m; done
+  local half=$(((sum + 1) / 2)); [ "$half" -lt "$max" ] && half=$max
+  echo "~$half min on 2 cores, $sum CPU-minutes of builds"
+}
+
+# plan SET|TOOL...: what obtaining them would do, without doing it.
+plan() {
+  local tool todo=()
+  for tool in $(for a in "$@"; do set_tools "$a"; done); do
+    resolve "$tool"
+    case "$HOW" in
+      explicit) printf '  %-14s KUBEBUILDER_ASSETS %s (%s)\n' "$tool" "$WHERE" "$WHAT" ;;
+      installed) printf '  %-14s installed: %s\n' "$tool" "$WHAT" ;;
+      cached) printf '  %-14s cached: %s\n' "$tool" "$WHERE" ;;
+      build) printf '  %-14s to build (~%s min cold): %s\n' "$tool" "${COLD_MIN[$tool]:-?}" "$WHERE"; todo+=("$tool") ;;
+    esac
+  done
+  if [ ${#todo[@]} -eq 0 ]; then echo "  nothing to build"; else echo "  building ${todo[*]}: $(estimate "${todo[@]}"), with progress every 30 s"; fi
+}
+
+# env_line VAR TOOL: the export of TOOL's resolved directory (built or not).
+env_line() { resolve "$2"; echo "export $1=$WHERE"; }
 
 case "${1:-all}" in
-  kube) done_or_build "$(kube_dir)" build_kube ;;
+  # SET [TOOL...]: the set, and these tools besides.
+  run|demo|all) set -- $(set_tools "$1") "${@:2}"; obtain_all "$@" ;;
   cluster)
     # kube-apiserver and etcd first (usually cached), then the rest of the node.
     node_packages
-    done_or_build "$(kube_dir)" build_kube
-    done_or_build "$(cluster_dir)" build_cluster
-    done_or_build "$(netpol_dir)" build_netpol
+    obtain kube
+    done_or_build cluster
+    done_or_build netpol
     ;;
-  netpol) done_or_build "$(netpol_dir)" build_netpol ;;
   node-packages) node_packages ;;
-  pulumi) done_or_build "$(pulumi_dir)" build_pulumi ;;
-  pulumi-yaml) done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml ;;
-  controller-gen) done_or_build "$(controller_gen_dir)" build_controller_gen ;;
-  protoc-tools) done_or_build "$(protoc_tools_dir)" build_protoc_tools ;;
-  rollouts) done_or_build "$(rollouts_dir)" build_rollouts ;;
-  argocd) done_or_build "$(argocd_dir)" build_argocd ;;
-  all)
-    # The builds run side by side: each go build leaves cores idle while it
-    # downloads and links, so together they finish well before one after another.
-    pids=()
-    (done_or_build "$(kube_dir)" build_kube && done_or_build "$(rollouts_dir)" build_rollouts) & pids+=($!)
-    (done_or_build "$(pulumi_yaml_dir)" build_pulumi_yaml && done_or_build "$(pulumi_dir)" build_pulumi && done_or_build "$(argocd_dir)" build_argocd) & pids+=($!)
-    rc=0
-    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
-    [ $rc -eq 0 ] || { log "a substrate build failed (see above)"; exit 1; }
-    ;;
+  plan) shift; plan "$@" ;;
   env)
     # Where the binaries are (built or not); tests check that they exist.
-    echo "export KUBEBUILDER_ASSETS=$(kube_dir)"
-    echo "export STACKFLOW_PULUMI_ROOT=$(pulumi_dir)"
-    echo "export STACKFLOW_PULUMI_LANGUAGE_YAML=$(pulumi_yaml_dir)"
-    echo "export STACKFLOW_ROLLOUTS=$(rollouts_dir)"
-    echo "export STACKFLOW_ARGOCD=$(argocd_dir)"
-    echo "export STACKFLOW_CLUSTER=$(cluster_dir)"
-    echo "export STACKFLOW_NETPOL=$(netpol_dir)"
+    env_line KUBEBUILDER_ASSETS kube
+    env_line STACKFLOW_PULUMI_ROOT pulumi
+    env_line STACKFLOW_PULUMI_LANGUAGE_YAML pulumi-yaml
+    env_line STACKFLOW_ROLLOUTS rollouts
+    env_line STACKFLOW_ARGOCD argocd
+    env_line STACKFLOW_ARGOCD3 argocd3
+    env_line STACKFLOW_CLUSTER cluster
+    env_line STACKFLOW_NETPOL netpol
     ;;
-  dir) echo "$("${2//-/_}_dir")" ;;
+  dir) tool_dir "$2" ;;
   # cached TOOL: succeeds when TOOL's build is complete in the cache (builds nothing).
-  cached) [ -f "$("${2//-/_}_dir")/.complete" ] ;;
-  *) echo "usage: $0 [kube|cluster|netpol|node-packages|pulumi|pulumi-yaml|rollouts|argocd|controller-gen|protoc-tools|all|env|dir TOOL|cached TOOL]" >&2; exit 2 ;;
+  cached) is_cached "$2" ;;
+  tools) printf '%s\n' kube pulumi pulumi-yaml rollouts argocd argocd3 controller-gen protoc-tools cluster netpol ;;
+  kube|pulumi|pulumi-yaml|rollouts|argocd|argocd3|controller-gen|protoc-tools|netpol)
+    for tool in "$@"; do obtain "$tool"; done ;;
+  *) echo "usage: $0 [run|demo|all|TOOL...|plan SET|TOOL...|env|dir TOOL|cached TOOL|tools|cluster|node-packages]" >&2; exit 2 ;;
 esac

@@ -265,7 +265,7 @@ func (a *Authorizer) Authenticate(ctx context.Context, token string) (User, erro
 			msg += ": " + ans.detail
 		}
 		if len(a.audiences) > 0 {
-			msg += fmt.Sprintf(" (this service accepts tokens for the audiences %q)", a.audiences)
+			msg += fmt.Sprintf(" (this service accepts tokens for the audiences %q only: send a ServiceAccount token minted for one of them, such as a projected token volume with that audience, not the token a pod uses with the API server)", a.audiences)
 		}
 		return User{}, &UnauthenticatedError{Kind: Rejected, Detail: ans.detail, msg: msg}
 	}

@@ -30,7 +30,7 @@ import (
 // file printed when the test fails.
 func startRolloutsController(t *testing.T) {
 	t.Helper()
-	bin := filepath.Join(rolloutsDir(), "rollouts-controller")
+	bin := filepath.Join(rolloutsDir, "rollouts-controller")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s missing: build it with `make substrate` (hack/substrate.sh rollouts): %v", bin, err)
 	}
@@ -235,7 +235,6 @@ func metricResult(t *testing.T, run *rolloutsv1alpha1.AnalysisRun, name string) 
 // Succeeded, Failed within one interval of it becoming Failed, errors of a
 // restart tolerated, and Failed (not Inconclusive) when the deadline passes.
 func TestTemplatesUnderTheRolloutsController(t *testing.T) {
-	needControlPlane(t)
 	startRolloutsController(t)
 	ctx := context.Background()
 	svc := newFakeService(t)
@@ -245,8 +244,9 @@ func TestTemplatesUnderTheRolloutsController(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := nsObj.Name
-	// The token the templates read by default, as the token controller
-	// would fill a kubernetes.io/service-account-token Secret.
+	// The token the templates read by default (the fake service takes any;
+	// TestKargoProjectTokenUnderTheRolloutsController fills it as the
+	// kargo-project CronJob does, for the real service).
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: TokenSecret, Namespace: ns},
 		Data:       map[string][]byte{TokenSecretKey: []byte("test-token")},

@@ -131,7 +131,6 @@ func wantIDs(t *testing.T, dir string, objs []*unstructured.Unstructured, want .
 // creates its objects on the real API server (Stackflow and Argo Rollouts
 // CRDs installed) with strict field validation.
 func TestInstallManifests(t *testing.T) {
-	needControlPlane(t)
 
 	t.Run("default", func(t *testing.T) {
 		objs := build(t, "default")
@@ -172,6 +171,10 @@ func TestInstallManifests(t *testing.T) {
 		wantIDs(t, "kargo-project", objs,
 			"ServiceAccount/my-project/stackflow-verifier",
 			"Secret/my-project/"+TokenSecret,
+			"ServiceAccount/my-project/stackflow-verifier-token-refresher",
+			"Role/my-project/stackflow-verifier-token-refresher",
+			"RoleBinding/my-project/stackflow-verifier-token-refresher",
+			"CronJob/my-project/stackflow-verifier-token",
 			"RoleBinding/my-stacks/stackflow-verifier-my-project")
 		createNamespace(t, "my-project")
 		createNamespace(t, "my-stacks")

@@ -16,16 +16,12 @@ import (
 
 // The control plane shared by the tests that need one: the built
 // kube-apiserver and etcd with the Stackflow CRDs and Argo Rollouts v1.10.1's
-// CRDs. nil, with skipReason set, when STACKFLOW_ROLLOUTS is unset.
+// CRDs (hack/substrate.sh puts them beside rollouts-controller).
 var (
-	env        *envtest.Environment
-	k8s        client.Client
-	skipReason string
+	env         *envtest.Environment
+	k8s         client.Client
+	rolloutsDir string
 )
-
-// rolloutsDir is where hack/substrate.sh put Argo Rollouts (crds/ and
-// rollouts-controller).
-func rolloutsDir() string { return os.Getenv("STACKFLOW_ROLLOUTS") }
 
 func scheme() *runtime.Scheme {
 	s := substrate.Scheme()
@@ -40,39 +36,22 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if rolloutsDir() == "" {
-		skipReason = "STACKFLOW_ROLLOUTS is unset: run `eval \"$(./hack/substrate.sh env)\"` (make test sets it) to test the manifests on a real API server with Argo Rollouts' CRDs"
-		return m.Run()
-	}
 	paths, err := substrate.Locate()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env = &envtest.Environment{
-		BinaryAssetsDirectory: paths.KubeAssets,
-		CRDDirectoryPaths:     []string{substrate.CRDDir(), filepath.Join(rolloutsDir(), "crds")},
+	rolloutsDir = paths.Rollouts
+	cp, err := substrate.StartControlPlaneEnv(&envtest.Environment{
+		CRDDirectoryPaths:     []string{substrate.CRDDir(), filepath.Join(rolloutsDir, "crds")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme(),
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "start control plane from %s (build it with `make substrate`): %v\n", paths.KubeAssets, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	k8s, err = client.New(cfg, client.Options{Scheme: env.Scheme})
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer func() { _ = cp.Stop() }()
+	env, k8s = cp.Env, cp.Client
 	return m.Run()
-}
-
-// needControlPlane skips the test when there is no control plane.
-func needControlPlane(t *testing.T) {
-	t.Helper()
-	if k8s == nil {
-		t.Skip(skipReason)
-	}
 }

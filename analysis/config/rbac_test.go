@@ -62,7 +62,8 @@ func wantGrants(t *testing.T, what string, rules []rbacv1.PolicyRule, want ...st
 }
 
 // TestRBAC parses the roles of the installs and asserts they grant exactly
-// what the brief lists, and nothing on Secrets outside the pulumi-cloud Role.
+// what the brief lists, and nothing on Secrets outside the pulumi-cloud Role
+// and the token refresher's Role (one named Secret each).
 func TestRBAC(t *testing.T) {
 	def := build(t, "default")
 	wantGrants(t, "ClusterRole stackflow-analysis", rulesOf(t, find(t, def, "ClusterRole", "stackflow-analysis")),
@@ -82,13 +83,17 @@ func TestRBAC(t *testing.T) {
 	pc := build(t, "pulumi-cloud")
 	wantGrants(t, "Role stackflow-analysis-pulumi-cloud", rulesOf(t, find(t, pc, "Role", "stackflow-analysis-pulumi-cloud")),
 		"get /secrets/stackflow-analysis-pulumi-cloud")
+	kp := build(t, "kargo-project")
+	wantGrants(t, "Role stackflow-verifier-token-refresher", rulesOf(t, find(t, kp, "Role", "stackflow-verifier-token-refresher")),
+		"create /serviceaccounts/token/stackflow-verifier",
+		"get /secrets/"+TokenSecret, "update /secrets/"+TokenSecret)
 	for _, dir := range []string{"default", "pulumi-cloud", "templates", "kargo-project"} {
 		for _, o := range build(t, dir) {
 			if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
 				continue
 			}
-			if o.GetName() == "stackflow-analysis-pulumi-cloud" {
-				continue
+			if o.GetName() == "stackflow-analysis-pulumi-cloud" || o.GetName() == "stackflow-verifier-token-refresher" {
+				continue // checked exactly above
 			}
 			for _, g := range grants(rulesOf(t, o)) {
 				if strings.Contains(g, "secrets") || strings.HasPrefix(g, "* ") || strings.Contains(g, "*/") || strings.HasSuffix(g, "/*") && !strings.HasPrefix(g, "get /v1/pulumi/") {
@@ -117,7 +122,6 @@ func can(t *testing.T, sa string, attrs authorizationv1.ResourceAttributes) bool
 // the installed bindings allow. It runs after TestInstallManifests created
 // the objects (same package, source order), and creates them itself otherwise.
 func TestRBACOnTheAPIServer(t *testing.T) {
-	needControlPlane(t)
 	createNamespace(t, "my-project")
 	createNamespace(t, "my-stacks")
 	for _, dir := range []string{"default", "pulumi-cloud", "kargo-project"} {
@@ -145,6 +149,17 @@ func TestRBACOnTheAPIServer(t *testing.T) {
 		{"my-project:stackflow-verifier", authorizationv1.ResourceAttributes{Verb: "get", Group: "pulumi.com", Resource: "stacks", Namespace: "other", Name: "app"}, false},
 		{"my-project:stackflow-verifier", authorizationv1.ResourceAttributes{Verb: "list", Group: "pulumi.com", Resource: "stacks", Namespace: "my-stacks"}, false},
 		{"my-project:stackflow-verifier", authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "my-stacks", Name: "x"}, false},
+		// The token refresher: mints stackflow-verifier's tokens and
+		// rewrites its token Secret, nothing else.
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "my-project", Name: "stackflow-verifier"}, true},
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "my-project", Name: "stackflow-verifier-token-refresher"}, false},
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "my-project", Name: "default"}, false},
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "my-project", Name: TokenSecret}, true},
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "update", Resource: "secrets", Namespace: "my-project", Name: TokenSecret}, true},
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "my-project", Name: "git-credentials"}, false},
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets", Namespace: "my-project"}, false},
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "delete", Resource: "secrets", Namespace: "my-project", Name: TokenSecret}, false},
+		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "create", Resource: "secrets", Namespace: "my-project"}, false},
 	} {
 		if got := can(t, tc.sa, tc.attrs); got != tc.want {
 			t.Errorf("%s %s %s/%s in %q (name %q): allowed %v, want %v", tc.sa, tc.attrs.Verb, tc.attrs.Group, tc.attrs.Resource, tc.attrs.Namespace, tc.attrs.Name, got, tc.want)
@@ -156,7 +171,6 @@ func TestRBACOnTheAPIServer(t *testing.T) {
 // to a ServiceAccount and asks the authoriser about request paths, as the
 // service does for the /v1/pulumi/... routes.
 func TestPulumiCloudVerifierOnTheAPIServer(t *testing.T) {
-	needControlPlane(t)
 	createNamespace(t, "my-project")
 	apply(t, build(t, "default"))
 	crb := &rbacv1.ClusterRoleBinding{

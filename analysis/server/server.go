@@ -27,9 +27,10 @@ type StackSource interface {
 	Stack(ctx context.Context, key types.NamespacedName) (*pulumiv1.Stack, error)
 	// Update returns the Update, nil when it does not exist.
 	Update(ctx context.Context, key types.NamespacedName) *autov1alpha1.Update
-	// Changed returns a channel closed when the Stack or one of its Updates
-	// next changes.
-	Changed(key types.NamespacedName) <-chan struct{}
+	// Watch returns a channel closed when the Stack or one of its Updates
+	// next changes, and the function to call once the caller stops waiting
+	// on it (the source may then forget the key).
+	Watch(key types.NamespacedName) (<-chan struct{}, func())
 	// Synced reports whether the cache has listed everything.
 	Synced() bool
 }
@@ -147,7 +148,7 @@ func (s *Server) verification(w http.ResponseWriter, r *http.Request) (verificat
 	compute := func() verification.Result {
 		return verification.Verify(s.input(r.Context(), key, q))
 	}
-	res := s.longPoll(r.Context(), q.Wait, compute, func() <-chan struct{} { return s.o.Stacks.Changed(key) })
+	res := s.longPoll(r.Context(), q.Wait, compute, func() (<-chan struct{}, func()) { return s.o.Stacks.Watch(key) })
 	return res.Phase, s.reply(w, res)
 }
 
@@ -184,31 +185,34 @@ func (s *Server) cloudVerification(w http.ResponseWriter, r *http.Request) (veri
 		return "", code
 	}
 	compute := func() verification.Result { return s.o.Cloud.Verify(r.Context(), org, project, stack, q) }
-	tick := func() <-chan struct{} {
+	tick := func() (<-chan struct{}, func()) {
 		ch := make(chan struct{})
-		time.AfterFunc(s.o.Cloud.PollInterval(), func() { close(ch) })
-		return ch
+		t := time.AfterFunc(s.o.Cloud.PollInterval(), func() { close(ch) })
+		return ch, func() { t.Stop() }
 	}
 	res := s.longPoll(r.Context(), q.Wait, compute, tick)
 	return res.Phase, s.reply(w, res)
 }
 
 // longPoll computes the answer; with wait, it holds the request until the
-// phase differs from the first answer's or wait has passed. changed returns
-// a channel closed at the next change; it is taken before each computation so
-// no change between the two is missed.
-func (s *Server) longPoll(ctx context.Context, wait time.Duration, compute func() verification.Result, changed func() <-chan struct{}) verification.Result {
-	ch := changed()
-	first := compute()
+// phase differs from the first answer's or wait has passed. watch returns a
+// channel closed at the next change and the function that ends the watch; it
+// is taken before each computation so no change between the two is missed,
+// and only with wait: a request that does not wait registers nothing.
+func (s *Server) longPoll(ctx context.Context, wait time.Duration, compute func() verification.Result, watch func() (<-chan struct{}, func())) verification.Result {
 	if wait <= 0 {
-		return first
+		return compute()
 	}
+	ch, stop := watch()
+	defer func() { stop() }()
+	first := compute()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ch:
-			ch = changed()
+			stop()
+			ch, stop = watch()
 			if res := compute(); res.Phase != first.Phase {
 				return res
 			}

@@ -55,7 +55,7 @@ func (s *source) Stack(_ context.Context, key types.NamespacedName) (*pulumiv1.S
 	return nil, nil
 }
 func (s *source) Update(context.Context, types.NamespacedName) *autov1alpha1.Update { return nil }
-func (s *source) Changed(key types.NamespacedName) <-chan struct{}                  { return s.n.Changed(key) }
+func (s *source) Watch(key types.NamespacedName) (<-chan struct{}, func())          { return s.n.Watch(key) }
 func (s *source) Synced() bool                                                      { return s.synced }
 
 type denied struct{ code int }

@@ -10,8 +10,9 @@ import (
 	"github.com/stackflow-io/stackflow/analysis/server"
 )
 
-// kubeGuard is --auth=kube: the bearer token is checked with TokenReview,
-// access with SubjectAccessReview, both cached for --auth-cache-ttl.
+// kubeGuard is --auth=kube: the bearer token is checked with TokenReview for
+// --audiences, access with SubjectAccessReview, both cached for
+// --auth-cache-ttl.
 type kubeGuard struct{ a *auth.Authorizer }
 
 func newKubeGuard(o Options, reg prometheus.Registerer) (server.Guard, error) {
@@ -19,7 +20,7 @@ func newKubeGuard(o Options, reg prometheus.Registerer) (server.Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kubeGuard{a: auth.New(auth.Options{Client: cs, TTL: o.AuthCacheTTL, RefreshAhead: true, Registerer: reg})}, nil
+	return kubeGuard{a: auth.New(auth.Options{Client: cs, TTL: o.AuthCacheTTL, Audiences: o.audiences(), RefreshAhead: true, Registerer: reg})}, nil
 }
 
 func (g kubeGuard) Stack(r *http.Request, namespace, name string) error {

@@ -28,6 +28,12 @@ const (
 	AuthNone = "none"
 )
 
+// DefaultAudience is the token audience the service accepts unless
+// --audiences says otherwise: a caller presents a ServiceAccount token minted
+// for it (a projected token volume, or the TokenRequest API), never the token
+// it uses with the API server.
+const DefaultAudience = "stackflow-analysis"
+
 // Options configures the service; BindFlags binds them to flags.
 type Options struct {
 	// BindAddress is the listen address of the API, health and metrics.
@@ -37,6 +43,10 @@ type Options struct {
 	// AuthCacheTTL is how long an authentication or authorisation answer
 	// is reused.
 	AuthCacheTTL time.Duration
+	// Audiences are the token audiences accepted with --auth=kube: the
+	// TokenReview is asked for them and a token is accepted only if the API
+	// server says it is meant for one. Empty means DefaultAudience.
+	Audiences []string
 	// TLSCertFile and TLSKeyFile serve HTTPS, reloaded when they change.
 	TLSCertFile, TLSKeyFile string
 	// WatchNamespaces limits the cache; empty watches all.
@@ -68,8 +78,24 @@ type Options struct {
 // BindFlags binds the options to command-line flags.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "bind-address", ":8080", "listen address of the API, /healthz, /readyz and /metrics")
-	fs.StringVar(&o.Auth, "auth", AuthKube, `how callers are checked: "kube" (Authorization: Bearer <token>, checked with TokenReview; access with a SubjectAccessReview of get on stacks.pulumi.com in the namespace, or get on the non-resource path for /v1/pulumi/…) or "none" (anyone may read; for local demos only)`)
+	fs.StringVar(&o.Auth, "auth", AuthKube, `how callers are checked: "kube" (Authorization: Bearer <token>, checked with a TokenReview for --audiences; access with a SubjectAccessReview of get on stacks.pulumi.com in the namespace, or get on the non-resource path for /v1/pulumi/…) or "none" (anyone may read; for local demos only)`)
 	fs.DurationVar(&o.AuthCacheTTL, "auth-cache-ttl", 10*time.Second, "how long a TokenReview or SubjectAccessReview answer is reused")
+	o.Audiences = []string{DefaultAudience}
+	audiencesSet := false
+	fs.Func("audiences", `comma-separated token audiences accepted with --auth=kube (default "`+DefaultAudience+`"): callers send a ServiceAccount token minted for one of them (a projected token volume with that audience), which the TokenReview checks; a token for the API server's own audience is refused unless it is listed`, func(s string) error {
+		if !audiencesSet {
+			o.Audiences, audiencesSet = nil, true
+		}
+		for _, a := range strings.Split(s, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				o.Audiences = append(o.Audiences, a)
+			}
+		}
+		if len(o.Audiences) == 0 {
+			return errors.New("give at least one audience")
+		}
+		return nil
+	})
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "PEM certificate to serve HTTPS with (reloaded when the file changes); plain HTTP when empty")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.Func("watch-namespaces", "comma-separated namespaces whose Stacks are served (default: all)", func(s string) error {
@@ -92,6 +118,11 @@ func (o *Options) Validate() error {
 	default:
 		return fmt.Errorf("--auth=%q: use kube or none", o.Auth)
 	}
+	for _, a := range o.Audiences {
+		if a == "" || strings.ContainsAny(a, ", \t\n") {
+			return fmt.Errorf("--audiences: %q is not an audience", a)
+		}
+	}
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		return errors.New("--tls-cert-file and --tls-key-file go together: give both or neither")
 	}
@@ -101,6 +132,14 @@ func (o *Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// audiences are the accepted token audiences: Audiences, or DefaultAudience.
+func (o *Options) audiences() []string {
+	if len(o.Audiences) == 0 {
+		return []string{DefaultAudience}
+	}
+	return o.Audiences
 }
 
 // Server timeouts: a long poll holds a request up to verification.MaxWait.
@@ -184,7 +223,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
-	log.Info("Serving", "address", ln.Addr().String(), "scheme", scheme, "auth", o.Auth)
+	if o.Auth == AuthKube {
+		log.Info("Serving", "address", ln.Addr().String(), "scheme", scheme, "auth", o.Auth, "audiences", o.audiences())
+	} else {
+		log.Info("Serving", "address", ln.Addr().String(), "scheme", scheme, "auth", o.Auth)
+	}
 
 	go func() {
 		if stacks.WaitForSync(ctx) {

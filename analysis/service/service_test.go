@@ -34,6 +34,8 @@ func TestValidate(t *testing.T) {
 		{Options{Auth: "basic"}, `--auth="basic": use kube or none`},
 		{Options{Auth: AuthKube, TLSCertFile: "c"}, "go together"},
 		{Options{Auth: AuthKube, PulumiCloudTokenSecret: "just-a-name"}, "use <namespace>/<name>"},
+		{Options{Auth: AuthKube, Audiences: []string{"a,b"}}, "is not an audience"},
+		{Options{Auth: AuthKube, Audiences: []string{""}}, "is not an audience"},
 	} {
 		err := tt.o.Validate()
 		if (err == nil) != (tt.err == "") || err != nil && !strings.Contains(err.Error(), tt.err) {

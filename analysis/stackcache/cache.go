@@ -118,9 +118,11 @@ func (c *Cache) Update(ctx context.Context, key types.NamespacedName) *autov1alp
 	return &u
 }
 
-// Changed returns a channel closed when the Stack or one of its Updates
-// next changes.
-func (c *Cache) Changed(key types.NamespacedName) <-chan struct{} { return c.notifier.Changed(key) }
+// Watch returns a channel closed when the Stack or one of its Updates next
+// changes, and the function to call once the caller stops waiting.
+func (c *Cache) Watch(key types.NamespacedName) (<-chan struct{}, func()) {
+	return c.notifier.Watch(key)
+}
 
 // Notifier is the cache's notifier.
 func (c *Cache) Notifier() *Notifier { return c.notifier }

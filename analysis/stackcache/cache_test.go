@@ -2,6 +2,9 @@ package stackcache
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -33,7 +36,8 @@ func TestCache(t *testing.T) {
 		t.Fatal("not synced")
 	}
 	key := types.NamespacedName{Namespace: ns, Name: "web"}
-	changed := c.Changed(key)
+	changed, stop := c.Watch(key)
+	defer stop()
 	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: pulumiv1.StackSpec{
 		Stack: "web", GitSource: &pulumiv1.GitSource{ProjectRepo: "https://example.com/r.git", Commit: "0123456789abcdef0123456789abcdef01234567"},
 		Config: map[string]apiextensionsv1.JSON{"password": {Raw: []byte(`"hunter2"`)}}, Secrets: map[string]string{"token": "s3cret"}}}
@@ -50,7 +54,8 @@ func TestCache(t *testing.T) {
 		t.Fatalf("the cached Stack lost its commit: %+v", got.Spec.GitSource)
 	}
 
-	changed = c.Changed(key)
+	changed, stop = c.Watch(key)
+	defer stop()
 	u := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-1", Labels: map[string]string{StackNameLabel: "web"}},
 		Spec: autov1alpha1.UpdateSpec{WorkspaceName: "web", StackName: "web", Type: autov1alpha1.UpType}}
 	if err := cp.Client.Create(ctx, u); err != nil {
@@ -61,9 +66,11 @@ func TestCache(t *testing.T) {
 
 	// Another Stack's Update does not wake this Stack's waiters: the
 	// channel is still open once the other key's channel has fired.
-	changed = c.Changed(key)
+	changed, stop = c.Watch(key)
+	defer stop()
 	otherKey := types.NamespacedName{Namespace: ns, Name: "other"}
-	otherChanged := c.Changed(otherKey)
+	otherChanged, stopOther := c.Watch(otherKey)
+	defer stopOther()
 	other := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-1", Labels: map[string]string{StackNameLabel: "other"}},
 		Spec: autov1alpha1.UpdateSpec{WorkspaceName: "other", StackName: "other", Type: autov1alpha1.UpType}}
 	if err := cp.Client.Create(ctx, other); err != nil {
@@ -103,8 +110,10 @@ func eventuallyTrue(t *testing.T, cond func() bool) {
 func TestNotifier(t *testing.T) {
 	n := NewNotifier()
 	a, b := types.NamespacedName{Name: "a"}, types.NamespacedName{Name: "b"}
-	ca, cb := n.Changed(a), n.Changed(b)
-	if ca != n.Changed(a) {
+	ca, stopA := n.Watch(a)
+	cb, stopB := n.Watch(b)
+	ca2, stopA2 := n.Watch(a)
+	if ca != ca2 {
 		t.Fatal("two waiters on a key get different channels")
 	}
 	n.Notify(a)
@@ -121,8 +130,67 @@ func TestNotifier(t *testing.T) {
 	if n.Waiting() != 1 {
 		t.Fatalf("waiting = %d", n.Waiting())
 	}
+	// The woken waiters leave after their key was dropped: a new waiter
+	// of a is not unregistered by them.
+	_, stopA3 := n.Watch(a)
+	stopA()
+	stopA2()
+	stopA2()
+	if n.Waiting() != 2 {
+		t.Fatalf("waiting = %d: the woken waiters' leaving dropped the new waiter's key", n.Waiting())
+	}
+	stopA3()
 	n.Notify(types.NamespacedName{Name: "nobody"}) // no waiter: nothing kept
 	if n.Waiting() != 1 {
 		t.Fatalf("waiting = %d after notifying a key nobody waits on", n.Waiting())
 	}
+	// Two waiters on b: the key stays until both have left.
+	_, stopB2 := n.Watch(b)
+	stopB()
+	stopB() // a second call is a no-op
+	if n.Waiting() != 1 {
+		t.Fatalf("waiting = %d with one waiter left on b", n.Waiting())
+	}
+	stopB2()
+	if n.Waiting() != 0 {
+		t.Fatalf("waiting = %d once every waiter left", n.Waiting())
+	}
+}
+
+// TestNotifierGivesMemoryBack: 100,000 waiters on random keys hold 100,000
+// entries; once they have left, nothing is held and the memory is back (Go
+// maps never shrink, so the emptied map is replaced).
+func TestNotifierGivesMemoryBack(t *testing.T) {
+	const waiters = 100_000
+	n := NewNotifier()
+	r := rand.New(rand.NewPCG(3, 4))
+	before := heapAlloc()
+	stops := make([]func(), 0, waiters)
+	for i := range waiters {
+		stops = append(stops, nil)
+		_, stops[i] = n.Watch(types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("s-%016x", r.Uint64())})
+	}
+	held := heapAlloc()
+	if got := n.Waiting(); got != waiters {
+		t.Fatalf("waiting = %d, want %d", got, waiters)
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	stops = nil
+	after := heapAlloc()
+	t.Logf("heap: %d KiB before, %d KiB with %d waiters, %d KiB after they left", before>>10, held>>10, waiters, after>>10)
+	if got := n.Waiting(); got != 0 {
+		t.Fatalf("waiting = %d once every waiter left", got)
+	}
+	if after > before+1<<20 {
+		t.Fatalf("the heap kept %d KiB once every waiter left", int64(after-before)/1024)
+	}
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

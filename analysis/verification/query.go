@@ -44,7 +44,7 @@ var known = map[string]bool{"commit": true, "operation": true, "within": true, "
 func ParseQuery(v url.Values) (Query, error) {
 	for k := range v {
 		if !known[k] {
-			return Query{}, queryErrorf("unknown query parameter %q: use commit, operation, within and wait", truncate(k, 64))
+			return Query{}, queryErrorf("unknown query parameter %q: use commit, operation, within and wait", cut(k, 64))
 		}
 	}
 	for k, vals := range v {
@@ -58,7 +58,7 @@ func ParseQuery(v url.Values) (Query, error) {
 		return Query{}, queryErrorf("commit is required: the 7 to 40 hexadecimal characters of a commit SHA (in Kargo, ${{ commitFrom(vars.repoURL).ID }})")
 	}
 	if !IsCommit(c) {
-		return Query{}, queryErrorf("commit %q is not a commit SHA: expected 7 to 40 hexadecimal characters", truncate(c, 64))
+		return Query{}, queryErrorf("commit %q is not a commit SHA: expected 7 to 40 hexadecimal characters", cut(c, 64))
 	}
 	q.Commit = c
 	switch op := v.Get("operation"); op {
@@ -67,7 +67,7 @@ func ParseQuery(v url.Values) (Query, error) {
 	case string(OperationPreview):
 		q.Operation = OperationPreview
 	default:
-		return Query{}, queryErrorf("unknown operation %q: use up or preview", truncate(op, 64))
+		return Query{}, queryErrorf("unknown operation %q: use up or preview", cut(op, 64))
 	}
 	var err error
 	if q.Within, err = duration(v, "within", 0); err != nil {
@@ -86,7 +86,7 @@ func duration(v url.Values, name string, max time.Duration) (time.Duration, erro
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, queryErrorf("%s %q is not a duration: use Go's form, such as 90s, 15m or 1h", name, truncate(s, 64))
+		return 0, queryErrorf("%s %q is not a duration: use Go's form, such as 90s, 15m or 1h", name, cut(s, 64))
 	}
 	if d <= 0 {
 		return 0, queryErrorf("%s must be positive, not %s", name, s)
@@ -125,11 +125,4 @@ func CommitSHA(rev string) string {
 func Matches(rev, commit string) bool {
 	sha := CommitSHA(rev)
 	return commit != "" && len(sha) >= len(commit) && strings.HasPrefix(sha, commit)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -60,13 +60,16 @@ const (
 // Result is the JSON body of a verification (and of a Stack summary, where
 // Phase says what the current state would answer for the commit the Stack
 // last ran). It never carries configuration values, outputs or anything
-// secret: only names, commits, times, states and change counts.
+// secret: only names, commits, times, states and change counts, and in
+// Message the service's own summary, which quotes another component's text
+// (the Stalled message) only as a masked, bounded excerpt (Detail).
 type Result struct {
 	// Phase is Pending, Running, Succeeded or Failed.
 	Phase Phase `json:"phase"`
 	// Reason is a PascalCase constant saying why.
 	Reason string `json:"reason"`
-	// Message says it for a person.
+	// Message says it for a person: the service's own words, with at most
+	// a Detail excerpt of the Stalled message.
 	Message string `json:"message"`
 	// Operation is the operation asked about (up or preview).
 	Operation Operation `json:"operation,omitempty"`
@@ -79,6 +82,13 @@ type Result struct {
 	Stack StackRef `json:"stack"`
 	// Update is the update the answer is about, when there is one.
 	Update *Update `json:"update,omitempty"`
+	// StalledReason is the reason of the Stack's Stalled condition when the
+	// answer is Failed because the Stack is stalled (reason StackStalled):
+	// the operator's PascalCase constant, such as UpdateFailed, SpecInvalid,
+	// SourceUnavailable or WorkspaceFailed. UpdateFailed also when the
+	// update's failures reached the stall threshold before the condition was
+	// written, or while a retry at the backoff cap runs.
+	StalledReason string `json:"stalledReason,omitempty"`
 	// Retry says when a failed update will be tried again (phase Running,
 	// reason RetryingAfterFailure or RetryingAfterConflict).
 	Retry *Retry `json:"retry,omitempty"`

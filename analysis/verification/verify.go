@@ -8,6 +8,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
@@ -27,6 +28,10 @@ type Input struct {
 	// Now is the clock.
 	Now time.Time
 }
+
+// maxStalledReason bounds the Stalled reason quoted (the API allows 1024
+// characters; the operator's reasons are short PascalCase words).
+const maxStalledReason = 64
 
 // terminalFailure matches engine errors that retrying the same commit cannot
 // fix: an update run with expectNoChanges that found changes, and mandatory
@@ -89,6 +94,7 @@ func Verify(in Input) Result {
 				// Past the stall threshold the operator still retries, at
 				// the backoff cap, in case an outage heals; the verdict on
 				// this commit stands.
+				r.StalledReason = pulumiv1.StalledUpdateFailedReason
 				return r.with(PhaseFailed, ReasonStackStalled, "%s of %s failed %d times in a row, so the Stack is stalled; a retry at the backoff cap is running", op, r.ObservedCommit.Short, lu.Failures)
 			}
 		}
@@ -119,14 +125,17 @@ func Verify(in Input) Result {
 		r.ObservedCommit = NewCommit(lu.LastAttemptedCommit)
 	}
 
-	if st := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.StalledCondition); st != nil && st.Status == metav1.ConditionTrue && st.ObservedGeneration >= gen {
+	if st := conditions.Current(s, s.Status.Conditions, pulumiv1.StalledCondition); st != nil && st.Status == metav1.ConditionTrue {
 		if st.Reason == pulumiv1.StalledUpdateFailedReason && !luAtCommit && specCommit(s) == "" {
 			return r.with(PhasePending, ReasonAwaitingUpdate, "the Stack tracks %s and is stalled on another commit (%s); it has not run %s", branchOf(s), shortOf(r.ObservedCommit), r.RequestedCommit.Short)
 		}
 		if luAtCommit {
 			r.Update = describeLastUpdate(in.Update(lu.Name), lu)
 		}
-		return r.with(PhaseFailed, ReasonStackStalled, "the Stack is stalled (%s): %s", st.Reason, st.Message)
+		// The Stalled message may quote the engine or git (an update's
+		// error output): only a masked, bounded excerpt is passed on.
+		r.StalledReason = cut(st.Reason, maxStalledReason)
+		return r.with(PhaseFailed, ReasonStackStalled, "the Stack is stalled (%s): %s", r.StalledReason, Detail(st.Message))
 	}
 
 	if c := s.Status.Conflict; c != nil && c.Generation == gen && Matches(c.Revision, q.Commit) {
@@ -150,6 +159,7 @@ func Verify(in Input) Result {
 			return r.with(PhaseFailed, ReasonPolicyViolation, "%s of %s violated a mandatory policy", op, r.ObservedCommit.Short)
 		}
 		if lu.Failures >= pulumiv1.RetryStallAfter {
+			r.StalledReason = pulumiv1.StalledUpdateFailedReason
 			return r.with(PhaseFailed, ReasonStackStalled, "%s of %s failed %d times in a row, so the Stack is stalled", op, r.ObservedCommit.Short, lu.Failures)
 		}
 		next, _ := s.NextRetryTime()

@@ -142,6 +142,9 @@ func TestVerify(t *testing.T) {
 			if !strings.Contains(got.Message, tt.msg) {
 				t.Fatalf("message %q does not contain %q", got.Message, tt.msg)
 			}
+			if (got.Reason == ReasonStackStalled) != (got.StalledReason != "") {
+				t.Fatalf("reason %s with stalledReason %q: StackStalled answers, and they only, carry it", got.Reason, got.StalledReason)
+			}
 		})
 	}
 }

@@ -1,8 +1,12 @@
-// Package action runs the GitHub Action: it turns the configuration into
-// preview requests (program mode: the listed stacks; manifests mode: the
-// Stacks the pull request changes), sets a pending commit status per stack
-// on the PR head, previews, then writes the final statuses, the job summary,
-// the one PR comment (this job's sections) and the step outputs.
+// Package action runs the GitHub Action: it removes the inputs and tokens
+// from the environment every child process inherits, turns the
+// configuration into preview requests (program mode: the listed stacks;
+// manifests mode: the Stacks the pull request changes, each checked
+// against what a pull request may ask), sets a pending commit status per
+// stack on the PR head, previews, then writes the final statuses (not
+// previewed is failure unless the workflow says otherwise), the job
+// summary, the one PR comment (this job's sections; in manifests mode, the
+// only sections of its scope) and the step outputs.
 //
 // It imports the action's parts: inputs, preview, manifests, report,
 // githubapi and workflow.
@@ -10,15 +14,21 @@ package action
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"sigs.k8s.io/yaml"
 
 	"github.com/stackflow-io/stackflow/github-action/githubapi"
 	"github.com/stackflow-io/stackflow/github-action/inputs"
@@ -32,6 +42,25 @@ import (
 // StatusContextPrefix prefixes each stack's commit status context.
 const StatusContextPrefix = "stackflow/preview/"
 
+// maxContext is the longest status context GitHub accepts (it answers 422
+// "Validation Failed" beyond 255 characters).
+const maxContext = 255
+
+// StatusContext is a stack's commit status context: the prefix and its
+// result key, "<project>/<stack>" (program mode) or "<namespace>/<name>"
+// (manifests mode), so two projects' "dev" stacks never share one. A
+// context over GitHub's limit is cut and ends with a digest of the whole
+// key, so two long keys still differ.
+func StatusContext(key string) string {
+	c := StatusContextPrefix + key
+	if r := []rune(c); len(r) > maxContext {
+		sum := sha256.Sum256([]byte(key))
+		suffix := "…" + hex.EncodeToString(sum[:6])
+		c = string(r[:maxContext-len([]rune(suffix))]) + suffix
+	}
+	return c
+}
+
 // Deps are what tests replace.
 type Deps struct {
 	// PulumiCommand is the pulumi CLI (default: found on PATH).
@@ -44,10 +73,15 @@ type Deps struct {
 	GitHub githubapi.Options
 	// Now is the clock.
 	Now func() time.Time
+	// AllowLoopbackHTTP lets manifests name program repositories on
+	// http:// loopback addresses, where the tests' git servers are. No
+	// input sets it.
+	AllowLoopbackHTTP bool
 }
 
 // Run runs the action and returns the process's exit code: 1 when a preview
-// failed (or the action could not run), 0 otherwise. GitHub refusing a
+// failed, a Stack was refused or (with not-previewed: failure) not
+// previewed, or the action could not run; 0 otherwise. GitHub refusing a
 // comment or status (a fork's read-only token) is a warning, not a failure.
 func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 	if d.Now == nil {
@@ -57,7 +91,13 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 	if c.GitToken != c.GitHubToken {
 		workflow.Mask(log, c.GitToken)
 	}
-	reqs, contexts, cleanup, err := requests(ctx, c)
+	// Every child process (git, the pulumi CLI, the program previewed)
+	// starts without the inputs and the tokens.
+	if err := inputs.ScrubEnvironment(c.GitHubToken, c.GitToken); err != nil {
+		workflow.Error(log, "remove the tokens from the environment: "+err.Error())
+		return 1
+	}
+	reqs, contexts, cleanup, err := requests(ctx, c, d)
 	defer cleanup()
 	if err != nil {
 		workflow.Error(log, err.Error())
@@ -101,11 +141,15 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 
 	failed := 0
 	for i, r := range results {
-		state, desc := report.Status(r)
+		state, desc := report.Status(r, c.NotPreviewed)
 		setStatus(contexts[i], state, desc)
-		if r.Status == result.Failed {
+		switch {
+		case r.Status == result.Failed:
 			failed++
 			workflow.Error(log, fmt.Sprintf("preview of %s failed: %s", r.Key, r.Error))
+		case r.Status == result.Skipped && state == "failure":
+			failed++
+			workflow.Error(log, fmt.Sprintf("%s was not previewed: %s", r.Key, strings.Join(r.Notes, " ")))
 		}
 		fmt.Fprintf(log, "%s: %s (+%d ~%d -%d ±%d)\n", r.Key, r.Status, r.Changes.Create, r.Changes.Update, r.Changes.Delete, r.Changes.Replace)
 	}
@@ -123,11 +167,19 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 		write = has
 	}
 	if gh != nil && !readOnly && write {
+		// Manifests mode previews every Stack the pull request changes in
+		// this one job: its scope's sections of Stacks no longer changed
+		// are removed (and a pull request that changes none gets a comment
+		// saying nothing changes).
+		scope := ""
+		if c.Mode == inputs.ModeManifests {
+			scope = "manifests:" + path.Clean("/"+filepath.ToSlash(c.ManifestsDir))
+		}
 		var sections []string
 		for _, r := range results {
-			sections = append(sections, report.Section(r, report.SectionOptions{RunURL: c.RunURL(), Compact: c.Comment == inputs.CommentOnChange}))
+			sections = append(sections, report.Section(r, report.SectionOptions{RunURL: c.RunURL(), Compact: c.Comment == inputs.CommentOnChange, Scope: scope}))
 		}
-		url, err := gh.UpsertSection(ctx, c.Repository, c.PR, report.CommentOptions{RunURL: c.RunURL(), Now: d.Now()}, sections...)
+		url, err := gh.UpsertSection(ctx, c.Repository, c.PR, report.CommentOptions{RunURL: c.RunURL(), Now: d.Now(), Scope: scope}, sections...)
 		github("write the PR comment", err)
 		commentURL = url
 	}
@@ -165,11 +217,11 @@ func withRefresh(reqs []preview.Request, refresh bool) []preview.Request {
 }
 
 // requests are the previews to run, with each one's commit status context.
-func requests(ctx context.Context, c inputs.Config) ([]preview.Request, []string, func(), error) {
+func requests(ctx context.Context, c inputs.Config, d Deps) ([]preview.Request, []string, func(), error) {
 	noop := func() {}
 	switch c.Mode {
 	case inputs.ModeManifests:
-		if c.BaseSHA == "" || c.HeadSHA == "" {
+		if !manifests.IsCommit(c.BaseSHA) || !manifests.IsCommit(c.HeadSHA) {
 			return nil, nil, noop, errors.New("manifests mode needs the pull request's base and head commits (run on pull_request events)")
 		}
 		changes, err := manifests.Changed(c.Workspace, c.ManifestsDir, c.BaseSHA, c.HeadSHA)
@@ -180,10 +232,20 @@ func requests(ctx context.Context, c inputs.Config) ([]preview.Request, []string
 		if err != nil {
 			return nil, nil, noop, fmt.Errorf("read the manifests at the head: %w", err)
 		}
-		reqs, cleanup := manifests.PlanAll(ctx, changes, head, manifests.PlanOptions{GitToken: c.GitToken})
+		// The job's own backend is always allowed: a Stack naming it
+		// sends the credentials nowhere new.
+		backends := append([]string(nil), c.Backends...)
+		if b := d.Env["PULUMI_BACKEND_URL"]; b != "" {
+			backends = append(backends, b)
+		} else if b := os.Getenv("PULUMI_BACKEND_URL"); b != "" {
+			backends = append(backends, b)
+		}
+		reqs, cleanup := manifests.PlanAll(ctx, changes, head, manifests.PlanOptions{
+			GitToken: c.GitToken, TokenHosts: c.GitTokenHosts, Backends: backends, AllowLoopbackHTTP: d.AllowLoopbackHTTP,
+		})
 		var contexts []string
 		for _, ch := range changes {
-			contexts = append(contexts, StatusContextPrefix+ch.Key)
+			contexts = append(contexts, StatusContext(ch.Key))
 		}
 		return reqs, contexts, cleanup, nil
 	default:
@@ -193,10 +255,49 @@ func requests(ctx context.Context, c inputs.Config) ([]preview.Request, []string
 		if !filepath.IsAbs(dir) {
 			dir = filepath.Join(c.Workspace, dir)
 		}
+		// The project's name is part of each key (and so of each status
+		// context), known before the previews start.
+		project, perr := projectName(dir)
 		for _, s := range c.Stacks {
-			reqs = append(reqs, preview.Request{WorkDir: dir, Stack: s, Source: "program in " + c.WorkDir})
-			contexts = append(contexts, StatusContextPrefix+s)
+			r := preview.Request{WorkDir: dir, Stack: s, Source: "program in " + c.WorkDir, Project: project, Key: stackKey(project, s)}
+			if perr != nil {
+				r.Err = perr
+			}
+			reqs = append(reqs, r)
+			contexts = append(contexts, StatusContext(r.Key))
 		}
 		return reqs, contexts, noop, nil
 	}
+}
+
+// stackKey is "<project>/<stack>"; a fully qualified stack name
+// ("org/project/stack") is its own key, as is a stack of an unknown project.
+func stackKey(project, stack string) string {
+	if project == "" || strings.Count(stack, "/") == 2 {
+		return stack
+	}
+	return project + "/" + stack
+}
+
+// projectName reads the project's name from Pulumi.yaml (or Pulumi.yml).
+func projectName(dir string) (string, error) {
+	var errs []error
+	for _, f := range []string{"Pulumi.yaml", "Pulumi.yml"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var p struct {
+			Name string `json:"name"`
+		}
+		if err := yaml.Unmarshal(b, &p); err != nil {
+			return "", fmt.Errorf("read %s: %w", f, err)
+		}
+		if p.Name == "" {
+			return "", fmt.Errorf("%s names no project", f)
+		}
+		return p.Name, nil
+	}
+	return "", fmt.Errorf("no Pulumi project in %s: %w", dir, errors.Join(errs...))
 }

@@ -50,11 +50,28 @@ type world struct {
 	dirs struct{ summary, output string }
 }
 
+// The tokens of the tests: installation tokens, as the workflow's
+// GITHUB_TOKEN is ("ghs_…", comments by github-actions[bot], GET /user
+// refused).
+const (
+	rwToken   = "ghs_rwWorkflowToken"
+	forkToken = "ghs_readOnlyForkToken"
+)
+
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{gh: githubtest.New(t), pe: substrate.NewPulumi(t), ws: t.TempDir()}
-	w.gh.AddToken("rw-token", "octobot", false)
-	w.gh.AddToken("fork-token", "octobot", true)
+	w := newGitHubWorld(t)
+	w.pe = substrate.NewPulumi(t)
+	return w
+}
+
+// newGitHubWorld is a world without Pulumi, for runs in which nothing is
+// previewed.
+func newGitHubWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{gh: githubtest.New(t), ws: t.TempDir()}
+	w.gh.AddAppToken(rwToken, "github-actions[bot]", false)
+	w.gh.AddAppToken(forkToken, "github-actions[bot]", true)
 	return w
 }
 
@@ -63,14 +80,48 @@ func (w *world) config(t *testing.T, mode inputs.Mode, token string) inputs.Conf
 	dir := t.TempDir()
 	return inputs.Config{Mode: mode, WorkDir: "infra", ManifestsDir: "stacks", GitHubToken: token, GitToken: token, Comment: inputs.CommentAlways,
 		StatusChecks: true, Parallel: 2, Repository: "acme/infra", APIURL: w.gh.BaseURL(), ServerURL: "https://github.example", RunID: "77",
-		Workspace: w.ws, StepSummaryFile: filepath.Join(dir, "summary.md"), OutputFile: filepath.Join(dir, "output"), PR: 5, HeadSHA: headSHA, BaseSHA: ""}
+		Workspace: w.ws, StepSummaryFile: filepath.Join(dir, "summary.md"), OutputFile: filepath.Join(dir, "output"), PR: 5, HeadSHA: headSHA, BaseSHA: "",
+		GitTokenHosts: []string{"github.example"}, NotPreviewed: "failure"}
 }
 
 func (w *world) run(t *testing.T, c inputs.Config) (int, string) {
 	t.Helper()
+	return w.runWith(t, c, nil)
+}
+
+// runWith runs the action with more variables for the pulumi processes.
+func (w *world) runWith(t *testing.T, c inputs.Config, env map[string]string) (int, string) {
+	t.Helper()
 	var log bytes.Buffer
-	code := Run(context.Background(), c, Deps{PulumiCommand: w.pe.Command(t), Env: w.pe.EnvVars(), GitHub: githubapi.Options{Settle: 10 * time.Millisecond}}, &log)
+	d := Deps{GitHub: githubapi.Options{Settle: 10 * time.Millisecond}, AllowLoopbackHTTP: true, Env: map[string]string{}}
+	if w.pe != nil {
+		d.PulumiCommand, d.Env = w.pe.Command(t), w.pe.EnvVars()
+	}
+	for k, v := range env {
+		d.Env[k] = v
+	}
+	code := Run(context.Background(), c, d, &log)
 	return code, log.String()
+}
+
+// finalStatuses are the last state of each context on sha.
+func (w *world) finalStatuses(sha string) map[string]string {
+	final := map[string]string{}
+	for _, s := range w.gh.Statuses("acme", "infra", sha) {
+		final[s.Context] = s.State
+	}
+	return final
+}
+
+// noGetUser fails the test if the action asked GET /user, which GitHub
+// refuses for the workflow's token.
+func (w *world) noGetUser(t *testing.T) {
+	t.Helper()
+	for _, r := range w.gh.Requests() {
+		if strings.HasPrefix(r, "GET /user") {
+			t.Errorf("the action called %s", r)
+		}
+	}
 }
 
 func outputs(t *testing.T, path string) map[string]string {
@@ -114,7 +165,7 @@ func TestProgramMode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := w.config(t, inputs.ModeProgram, "rw-token")
+	c := w.config(t, inputs.ModeProgram, rwToken)
 	c.Stacks = []string{"dev", "prod"}
 	code, log := w.run(t, c)
 	if code != 0 {
@@ -131,13 +182,11 @@ func TestProgramMode(t *testing.T) {
 		}
 	}
 	statuses := w.gh.Statuses("acme", "infra", headSHA)
-	final := map[string]string{}
-	for _, s := range statuses {
-		final[s.Context] = s.State
-	}
-	if final[StatusContextPrefix+"dev"] != "success" || final[StatusContextPrefix+"prod"] != "success" || len(statuses) != 4 {
+	final := w.finalStatuses(headSHA)
+	if final[StatusContextPrefix+"web/dev"] != "success" || final[StatusContextPrefix+"web/prod"] != "success" || len(statuses) != 4 {
 		t.Fatalf("statuses %+v", statuses)
 	}
+	w.noGetUser(t)
 	out := outputs(t, c.OutputFile)
 	var changes []map[string]any
 	if err := json.Unmarshal([]byte(out["changes"]), &changes); err != nil || len(changes) != 2 || out["has-changes"] != "true" || !strings.Contains(out["comment-url"], "issuecomment") {
@@ -146,7 +195,7 @@ func TestProgramMode(t *testing.T) {
 	if s, _ := os.ReadFile(c.StepSummaryFile); !strings.Contains(string(s), "stackflowtest:index:Record") {
 		t.Fatalf("summary:\n%s", s)
 	}
-	if strings.Contains(first.Body, "rw-token") {
+	if strings.Contains(first.Body, rwToken) {
 		t.Fatal("the comment holds the token")
 	}
 
@@ -168,12 +217,9 @@ func TestProgramMode(t *testing.T) {
 	if p.Info.Status != "failed" {
 		t.Fatalf("prod's section: %+v", p.Info)
 	}
-	final = map[string]string{}
-	for _, s := range w.gh.Statuses("acme", "infra", headSHA) {
-		final[s.Context] = s.State
-	}
-	if final[StatusContextPrefix+"prod"] != "failure" {
-		t.Fatalf("prod's status %q", final[StatusContextPrefix+"prod"])
+	final = w.finalStatuses(headSHA)
+	if final[StatusContextPrefix+"web/prod"] != "failure" {
+		t.Fatalf("prod's status %q", final[StatusContextPrefix+"web/prod"])
 	}
 }
 
@@ -186,7 +232,7 @@ func TestForkTokenDoesNotFail(t *testing.T) {
 	if _, err := auto.UpsertStackLocalSource(context.Background(), "dev", infra, auto.Pulumi(w.pe.Command(t)), auto.EnvVars(w.pe.EnvVars())); err != nil {
 		t.Fatal(err)
 	}
-	c := w.config(t, inputs.ModeProgram, "fork-token")
+	c := w.config(t, inputs.ModeProgram, forkToken)
 	c.Stacks = []string{"dev"}
 	code, log := w.run(t, c)
 	if code != 0 || !strings.Contains(log, "::warning::GitHub refused") {
@@ -204,11 +250,14 @@ func TestForkTokenDoesNotFail(t *testing.T) {
 // repository previews the program at the new commit.
 func TestManifestsMode(t *testing.T) {
 	w := newWorld(t)
-	prog := gitrepo.New(t)
+	// The program repository is served over smart HTTP on loopback and
+	// wants the git token, which the action sends there because its host
+	// is in git-token-hosts.
+	prog, srv := gitrepo.NewServedHTTP(t, "prog.git", func(user, pass string) bool { return user == "x-access-token" && pass == rwToken })
 	v1 := prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})
 	v2 := prog.Commit(t, "v2", map[string]string{"Pulumi.yaml": strings.Replace(program, "default: one", "default: two", 1)})
 	stack := func(commit string) string {
-		return "apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: web\n  namespace: dev\nspec:\n  stack: dev\n  projectRepo: " + prog.URL() + "\n  commit: " + commit + "\n"
+		return "apiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: web\n  namespace: dev\nspec:\n  stack: dev\n  projectRepo: " + prog.HTTPURL(srv) + "\n  commit: " + commit + "\n"
 	}
 	repo := gitrepo.New(t)
 	base := repo.Commit(t, "base", map[string]string{"stacks/dev.yaml": stack(v1), "stacks/other.yaml": strings.Replace(strings.Replace(stack(v1), "name: web", "name: api", 1), "stack: dev", "stack: api", 1)})
@@ -230,8 +279,9 @@ func TestManifestsMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.ws = repo.Work
-	c := w.config(t, inputs.ModeManifests, "rw-token")
+	c := w.config(t, inputs.ModeManifests, rwToken)
 	c.BaseSHA, c.HeadSHA = base, head
+	c.GitTokenHosts = []string{srv.Addr}
 	code, log := w.run(t, c)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, log)
@@ -275,7 +325,7 @@ func TestCommentOnChange(t *testing.T) {
 	if _, err := s.Up(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	c := w.config(t, inputs.ModeProgram, "rw-token")
+	c := w.config(t, inputs.ModeProgram, rwToken)
 	c.Stacks, c.Comment = []string{"dev"}, inputs.CommentOnChange
 	if code, log := w.run(t, c); code != 0 || len(w.gh.Comments("acme", "infra", 5)) != 0 {
 		t.Fatalf("no change: exit %d, %d comments\n%s", code, len(w.gh.Comments("acme", "infra", 5)), log)

@@ -181,13 +181,26 @@ func (c *Client) SetStatus(ctx context.Context, repo, sha, statusContext, state,
 	return nil
 }
 
-// identity returns the token's user, or nil when GET /user fails as it does
-// for an installation token.
+// installationTokenPrefix starts GitHub App installation tokens, the
+// workflow's GITHUB_TOKEN included (GitHub documents its token formats:
+// ghs_ for server-to-server tokens, ghp_ and github_pat_ for personal
+// access tokens, …).
+const installationTokenPrefix = "ghs_"
+
+// identity returns the token's user, or nil for an installation token,
+// which acts as a bot and has no user: GET /user answers it 403 ("Resource
+// not accessible by integration"), so it is not asked. A token of another
+// form is asked once; a 403 or 404 is taken as an installation token too
+// (older GitHub Enterprise Server tokens have no prefix).
 func (c *Client) identity(ctx context.Context) (*github.User, error) {
 	c.idMu.Lock()
 	defer c.idMu.Unlock()
 	if c.known {
 		return c.me, nil
+	}
+	if strings.HasPrefix(c.opts.Token, installationTokenPrefix) {
+		c.me, c.known = nil, true
+		return nil, nil
 	}
 	u, _, err := c.gh.Users.Get(ctx, "")
 	if err != nil {

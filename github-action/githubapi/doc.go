@@ -4,7 +4,11 @@
 // statuses usable as required checks (SetStatus).
 //
 // The comment is found by report.TopMarker and by author (see
-// UpsertSection for the exact rule). GitHub has no conditional update for
+// UpsertSection for the exact rule; an installation token, the workflow's
+// GITHUB_TOKEN among them, is known to act as a bot without asking
+// GET /user, which refuses it). A write with a scope also removes that
+// scope's sections it does not carry (manifests mode: Stacks no longer
+// changed). GitHub has no conditional update for
 // comments, so concurrent jobs (a matrix) are reconciled optimistically:
 // read-modify-write, re-read to confirm this job's sections survived, and
 // retry with jittered backoff if another job's write lost them.

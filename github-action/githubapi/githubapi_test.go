@@ -352,3 +352,85 @@ func count(reqs []string, prefix string) int {
 	}
 	return n
 }
+
+// TestDefaultTokenNeverAsksWhoItIs: the workflow's GITHUB_TOKEN is an
+// installation token ("ghs_…", comments by github-actions[bot]); GET /user
+// answers it 403, so the client never calls it. It still finds its own
+// comment (by marker and bot author) and never adopts a marked comment by
+// someone else.
+func TestDefaultTokenNeverAsksWhoItIs(t *testing.T) {
+	srv := githubtest.New(t)
+	srv.AddAppToken("ghs_defaultWorkflowToken", "github-actions[bot]", false)
+	human := srv.AddToken("ghp_human", "mallory", false)
+	forged, _ := report.Comment("", []string{section(res("web/dev", 9))}, opts())
+	srv.Seed("acme", "infra", 12, human, forged)
+	c := client(t, srv.URL, "ghs_defaultWorkflowToken")
+	ctx := context.Background()
+	for _, n := range []int{1, 2} {
+		if _, err := c.UpsertSection(ctx, "acme/infra", 12, opts(), section(res("web/dev", n))); err != nil {
+			t.Fatal(err)
+		}
+		if has, err := c.HasComment(ctx, "acme/infra", 12); err != nil || !has {
+			t.Fatalf("HasComment = %v, %v", has, err)
+		}
+	}
+	cs := srv.Comments("acme", "infra", 12)
+	if len(cs) != 2 || cs[0].Body != forged || cs[1].User.Login != "github-actions[bot]" || !strings.Contains(cs[1].Body, "pet-1") {
+		t.Fatalf("want the forged comment untouched and one bot comment edited; got %d comments", len(cs))
+	}
+	for _, r := range srv.Requests() {
+		if strings.HasPrefix(r, "GET /user") {
+			t.Errorf("the client asked %s, which GitHub refuses for the default token", r)
+		}
+	}
+}
+
+// TestScopeRemovesStaleSections: sections of a scope (manifests mode) that
+// the new write lacks are removed, other scopes' (and unscoped) sections
+// kept; a write with no sections leaves a comment saying nothing changes.
+func TestScopeRemovesStaleSections(t *testing.T) {
+	srv := githubtest.New(t)
+	srv.AddAppToken("ghs_tok", "github-actions[bot]", false)
+	c := client(t, srv.URL, "ghs_tok")
+	ctx := context.Background()
+	scoped := func(key string) string {
+		return report.Section(res(key, 1), report.SectionOptions{RunURL: runURL, Scope: "manifests:/stacks"})
+	}
+	other := report.Section(res("web/dev", 1), report.SectionOptions{RunURL: runURL, Scope: "manifests:/other"})
+	o := opts()
+	o.Scope = "manifests:/stacks"
+	if _, err := c.UpsertSection(ctx, "acme/infra", 13, opts(), other, section(res("api/dev", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpsertSection(ctx, "acme/infra", 13, o, scoped("dev/a"), scoped("dev/b")); err != nil {
+		t.Fatal(err)
+	}
+	body := func() string { return srv.Comments("acme", "infra", 13)[0].Body }
+	if got := strings.Join(keys(body()), " "); got != "api/dev dev/a dev/b web/dev" {
+		t.Fatalf("sections %q", got)
+	}
+	if _, err := c.UpsertSection(ctx, "acme/infra", 13, o, scoped("dev/a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(keys(body()), " "); got != "api/dev dev/a web/dev" {
+		t.Fatalf("after dev/b is no longer changed: sections %q", got)
+	}
+	if _, err := c.UpsertSection(ctx, "acme/infra", 13, o); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(keys(body()), " "); got != "api/dev web/dev" || strings.Contains(body(), "| dev/a |") {
+		t.Fatalf("after every change is reverted: sections %q\n%s", got, body())
+	}
+
+	// Alone in its comment, the scope's revert says nothing changes.
+	if _, err := c.UpsertSection(ctx, "acme/infra", 14, o, scoped("dev/a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpsertSection(ctx, "acme/infra", 14, o); err != nil {
+		t.Fatal(err)
+	}
+	cs := srv.Comments("acme", "infra", 14)
+	if len(cs) != 1 || len(keys(cs[0].Body)) != 0 || !strings.Contains(cs[0].Body, "Nothing changes") {
+		t.Fatalf("%d comments:\n%s", len(cs), cs[0].Body)
+	}
+}

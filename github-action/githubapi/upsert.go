@@ -23,9 +23,16 @@ var ErrLostRace = errors.New("githubapi: comment kept being overwritten by concu
 //
 // Which comment: every comment on the PR is listed (per_page 100, all
 // pages); a comment is ours if it has report.TopMarker and its author is
-// the token's user (GET /user, same id and login). When GET /user is
-// refused (403/404, as for a GitHub App installation token) the author
-// must instead be a Bot named "github-actions[bot]" or "<AppSlug>[bot]".
+// the token's identity. An installation token (the workflow's
+// GITHUB_TOKEN, a GitHub App's: "ghs_…") acts as a bot, so the author must
+// be a Bot named "github-actions[bot]" or "<AppSlug>[bot]"; GET /user,
+// which refuses such tokens, is not called. For another token the author
+// must be its user (GET /user, same id and login), or a bot as above when
+// GET /user is refused.
+//
+// sections may be empty: with o.Scope, that removes every section of the
+// scope (a pull request that no longer changes any Stack); a comment left
+// without sections says nothing changes.
 // If several comments are ours (left by an old race), the oldest is used
 // and the others are left alone; a duplicate this call itself created in a
 // race is deleted.
@@ -48,9 +55,6 @@ func (c *Client) UpsertSection(ctx context.Context, repo string, pr int, o repor
 	owner, name, err := splitRepo(repo)
 	if err != nil {
 		return "", err
-	}
-	if len(sections) == 0 {
-		return "", errors.New("githubapi: no sections to upsert")
 	}
 	want := map[string]string{}
 	for _, s := range sections {
@@ -160,7 +164,7 @@ func (c *Client) upsertOnce(ctx context.Context, owner, name string, pr int, me 
 			}
 		}
 	}
-	ok, err := c.confirm(ctx, owner, name, target.GetID(), want)
+	ok, err := c.confirm(ctx, owner, name, target.GetID(), want, o.Scope)
 	if err != nil || !ok {
 		return "", false, err
 	}
@@ -168,7 +172,7 @@ func (c *Client) upsertOnce(ctx context.Context, owner, name string, pr int, me 
 		if err := sleep(ctx, c.opts.Settle); err != nil {
 			return "", false, err
 		}
-		if ok, err := c.confirm(ctx, owner, name, target.GetID(), want); err != nil || !ok {
+		if ok, err := c.confirm(ctx, owner, name, target.GetID(), want, o.Scope); err != nil || !ok {
 			return "", false, err
 		}
 	}
@@ -176,8 +180,9 @@ func (c *Client) upsertOnce(ctx context.Context, owner, name string, pr int, me 
 }
 
 // confirm re-reads the comment and checks every wanted section is there
-// with the digest written.
-func (c *Client) confirm(ctx context.Context, owner, name string, id int64, want map[string]string) (bool, error) {
+// with the digest written, and (with a scope) no other section of the
+// scope is.
+func (c *Client) confirm(ctx context.Context, owner, name string, id int64, want map[string]string, scope string) (bool, error) {
 	cur, _, err := c.gh.Issues.GetComment(ctx, owner, name, id)
 	if err != nil {
 		if err := classify("get comment", err, ""); gone(err) {
@@ -189,6 +194,9 @@ func (c *Client) confirm(ctx context.Context, owner, name string, id int64, want
 	have := map[string]string{}
 	for _, p := range report.Sections(cur.GetBody()) {
 		have[p.Key] = p.Info.Digest
+		if _, wanted := want[p.Key]; scope != "" && p.Info.Scope == scope && !wanted {
+			return false, nil // a concurrent writer put a stale one back
+		}
 	}
 	for k, d := range want {
 		if have[k] != d {

@@ -5,5 +5,9 @@
 // The list of inputs here is the one action.yml and the README document; a
 // test cross-checks the three.
 //
+// It also keeps the action's secrets from child processes
+// (ScrubEnvironment, ChildEnviron): the inputs, tokens included, arrive as
+// INPUT_* variables, which every child would otherwise inherit.
+//
 // It imports the standard library only.
 package inputs

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -25,10 +26,13 @@ var All = []Input{
 	{"manifests-dir", ".", "manifests mode: the directory holding the Stack manifests (searched recursively), relative to the workspace"},
 	{"github-token", "${{ github.token }}", "token for the PR comment and commit statuses (needs `pull-requests: write` and `statuses: write`)"},
 	{"comment", "always", "`always`: write the PR comment; `on-change`: only when a stack changes (an earlier comment is then updated to say nothing changes; none is created); `never`"},
-	{"status-checks", "true", "set a commit status `stackflow/preview/<stack>` per stack on the PR head, usable as a required check"},
+	{"status-checks", "true", "set a commit status per stack on the PR head, usable as a required check: `stackflow/preview/<project>/<stack>` (manifests mode: `stackflow/preview/<namespace>/<name>`)"},
 	{"parallel", "4", "how many previews run at once"},
 	{"refresh", "false", "refresh the stacks' state before previewing"},
-	{"git-token", "", "manifests mode: token for cloning private program repositories over HTTPS (default: `github-token`)"},
+	{"git-token", "", "manifests mode: token for cloning private program repositories over HTTPS (default: `github-token`); sent only to the hosts of `git-token-hosts`"},
+	{"git-token-hosts", "", "manifests mode: the hosts (`host` or `host:port`, separated by newlines or commas) that receive `git-token` when a Stack's `projectRepo` is there (default: the host of `GITHUB_SERVER_URL`); repositories elsewhere are cloned without it"},
+	{"backends", "", "manifests mode: the state backend URLs a Stack may name in `spec.backend` (or a `PULUMI_BACKEND_URL` variable), separated by newlines or commas; a Stack naming another one is not previewed (the CLI would send it your Pulumi credentials). The backend of the job's environment is always allowed"},
+	{"not-previewed", "failure", "manifests mode: the commit status of a Stack that is not previewed (removed from the manifests, a `fluxSource`, a `programRef` not in the tree, no program source): `failure` (the job fails too) or `success`"},
 }
 
 // Mode is what the action previews.
@@ -60,6 +64,14 @@ type Config struct {
 	Parallel     int
 	Refresh      bool
 	GitToken     string
+	// GitTokenHosts are the hosts ("host" or "host:port", lower case)
+	// that receive GitToken.
+	GitTokenHosts []string
+	// Backends are the state backend URLs a Stack manifest may name.
+	Backends []string
+	// NotPreviewed is the commit status state of a Stack that is not
+	// previewed: "failure" or "success".
+	NotPreviewed string
 
 	// The runner's variables.
 	Repository      string // owner/name
@@ -74,6 +86,17 @@ type Config struct {
 	PR      int
 	HeadSHA string // the PR head (never GITHUB_SHA, the merge commit)
 	BaseSHA string
+	// EventName is GITHUB_EVENT_NAME; HeadRepo and BaseRepo are the
+	// pull request's head and base repositories (owner/name; HeadRepo is
+	// empty when the fork was deleted).
+	EventName          string
+	HeadRepo, BaseRepo string
+}
+
+// FromFork reports whether the pull request comes from another repository
+// (a fork), or from one that no longer exists.
+func (c Config) FromFork() bool {
+	return c.HeadRepo == "" || !strings.EqualFold(c.HeadRepo, c.BaseRepo)
 }
 
 // RunURL is the link to this run's page.
@@ -111,6 +134,7 @@ func Load(getenv func(string) string) (Config, error) {
 		Repository: getenv("GITHUB_REPOSITORY"), APIURL: getenv("GITHUB_API_URL"), ServerURL: getenv("GITHUB_SERVER_URL"),
 		RunID: getenv("GITHUB_RUN_ID"), Workspace: getenv("GITHUB_WORKSPACE"),
 		StepSummaryFile: getenv("GITHUB_STEP_SUMMARY"), OutputFile: getenv("GITHUB_OUTPUT"),
+		EventName: getenv("GITHUB_EVENT_NAME"), NotPreviewed: in("not-previewed"),
 	}
 	switch c.Mode {
 	case ModeProgram, ModeManifests:
@@ -122,10 +146,12 @@ func Load(getenv func(string) string) (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("input comment: %q is not always, on-change or never", c.Comment))
 	}
-	for _, s := range strings.FieldsFunc(in("stacks"), func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
-		if s = strings.TrimSpace(s); s != "" {
-			c.Stacks = append(c.Stacks, s)
-		}
+	c.Stacks = list(in("stacks"))
+	c.Backends = list(in("backends"))
+	switch c.NotPreviewed {
+	case "failure", "success":
+	default:
+		errs = append(errs, fmt.Errorf("input not-previewed: %q is not failure or success", c.NotPreviewed))
 	}
 	if c.Mode == ModeProgram && len(c.Stacks) == 0 {
 		errs = append(errs, errors.New("input stacks: program mode needs the stacks to preview (newline- or comma-separated)"))
@@ -149,6 +175,22 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.ServerURL == "" {
 		c.ServerURL = "https://github.com"
 	}
+	hosts := in("git-token-hosts")
+	if hosts == "" {
+		u, err := url.Parse(c.ServerURL)
+		if err != nil || u.Host == "" {
+			errs = append(errs, fmt.Errorf("GITHUB_SERVER_URL %q is not a URL, so git-token-hosts has no default: set it", c.ServerURL))
+		} else {
+			hosts = u.Host
+		}
+	}
+	for _, h := range list(hosts) {
+		if strings.Contains(h, "/") || strings.Contains(h, "@") {
+			errs = append(errs, fmt.Errorf("input git-token-hosts: %q is not a host or host:port", h))
+			continue
+		}
+		c.GitTokenHosts = append(c.GitTokenHosts, strings.ToLower(h))
+	}
 	if c.Workspace == "" {
 		if c.Workspace, err = os.Getwd(); err != nil {
 			errs = append(errs, err)
@@ -160,9 +202,33 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	}
 	if c.PR == 0 {
-		errs = append(errs, errors.New("no pull request: run the action on pull_request (or pull_request_target) events (GITHUB_EVENT_PATH has no pull_request)"))
+		errs = append(errs, errors.New("no pull request: run the action on pull_request events (GITHUB_EVENT_PATH has no pull_request)"))
+	}
+	if c.PR != 0 && c.EventName == "pull_request_target" && c.FromFork() {
+		// pull_request_target runs with the base repository's secrets and
+		// a write token; the previews would run code a fork chose.
+		errs = append(errs, fmt.Errorf("refusing to preview a pull request from a fork (%s) on pull_request_target: the previews would run the fork's code with this repository's secrets; run the action on pull_request (see github-action/README.md)", orUnknown(c.HeadRepo)))
 	}
 	return c, errors.Join(errs...)
+}
+
+// list splits an input's value at newlines and commas, trimming each item
+// and dropping empty ones.
+func list(v string) []string {
+	var out []string
+	for _, s := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "a deleted repository"
+	}
+	return s
 }
 
 // readEvent reads the PR number and its head and base SHAs from the event.
@@ -175,19 +241,29 @@ func (c *Config) readEvent(path string) error {
 		Number      int `json:"number"`
 		PullRequest *struct {
 			Number int `json:"number"`
-			Head   struct {
-				SHA string `json:"sha"`
-			} `json:"head"`
-			Base struct {
-				SHA string `json:"sha"`
-			} `json:"base"`
+			Head   ref `json:"head"`
+			Base   ref `json:"base"`
 		} `json:"pull_request"`
 	}
 	if err := json.Unmarshal(b, &ev); err != nil {
 		return fmt.Errorf("read the event (GITHUB_EVENT_PATH): %w", err)
 	}
-	if ev.PullRequest != nil {
-		c.PR, c.HeadSHA, c.BaseSHA = ev.PullRequest.Number, ev.PullRequest.Head.SHA, ev.PullRequest.Base.SHA
+	if pr := ev.PullRequest; pr != nil {
+		c.PR, c.HeadSHA, c.BaseSHA = pr.Number, pr.Head.SHA, pr.Base.SHA
+		if pr.Head.Repo != nil {
+			c.HeadRepo = pr.Head.Repo.FullName
+		}
+		if pr.Base.Repo != nil {
+			c.BaseRepo = pr.Base.Repo.FullName
+		}
 	}
 	return nil
+}
+
+// ref is a pull request's head or base in the event.
+type ref struct {
+	SHA  string `json:"sha"`
+	Repo *struct {
+		FullName string `json:"full_name"`
+	} `json:"repo"`
 }

@@ -15,6 +15,11 @@
 //     cloned at the Stack's new commit, the Stack's configuration applied,
 //     and a Note for each input CI cannot resolve (Secrets, the operator's
 //     files and variables, Flux sources), never silently dropped.
+//   - Every field of a manifest is the pull request author's: before
+//     anything runs, Plan refuses (refuse.go) a projectRepo other than
+//     https, a commit that is not a SHA, a branch that is not a branch name,
+//     a backend the workflow did not allow and variables that steer the CLI
+//     or git; it sends the git token only to the hosts the workflow lists.
 //
 // Keys are "<namespace>/<name>"; a manifest without a namespace is keyed by
 // its name alone, and its references resolve among the manifests without a

@@ -79,6 +79,7 @@ spec: {}
 type fixture struct {
 	pe               *substrate.Pulumi
 	programRepo      *gitrepo.Repo
+	programSrv       *gitrepo.HTTPServer
 	sha1, sha2       string
 	manifests        *gitrepo.Repo
 	baseSHA, headSHA string
@@ -114,7 +115,9 @@ func deploy(t *testing.T, pe *substrate.Pulumi, dir, stack string, cfg map[strin
 // "a"), and a manifests repository whose head advances web's commit, changes
 // api's ConfigMap, removes old, adds secret and leaves steady alone.
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{pe: substrate.NewPulumi(t), programRepo: gitrepo.New(t), manifests: gitrepo.New(t)}
+	f := &fixture{pe: substrate.NewPulumi(t), manifests: gitrepo.New(t)}
+	// The program repository is served over smart HTTP on loopback.
+	f.programRepo, f.programSrv = gitrepo.NewServedHTTP(t, "program.git", nil)
 	// Deploys run from copies of the program: their Pulumi.<stack>.yaml
 	// stay out of the program repository.
 	f.sha1 = f.programRepo.Commit(t, "v1", map[string]string{"app/Pulumi.yaml": program, "README.md": "program"})
@@ -122,7 +125,7 @@ func newFixture(t *testing.T) *fixture {
 	f.sha2 = f.programRepo.Commit(t, "v2: new content", map[string]string{"app/Pulumi.yaml": program2})
 	deploy(t, f.pe, programDir(t, program2), "api-dev", map[string]string{"recordName": "api", "content": "a"})
 
-	repo := f.programRepo.URL()
+	repo := f.programRepo.HTTPURL(f.programSrv)
 	web := func(sha string) string {
 		return stackDoc("web", "  commit: "+sha+`
   config:
@@ -224,7 +227,7 @@ func TestManifestsMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	reqs, cleanup := PlanAll(ctx, changes, tree, PlanOptions{Env: f.pe.EnvVars(), TempDir: t.TempDir()})
+	reqs, cleanup := PlanAll(ctx, changes, tree, PlanOptions{Env: f.pe.EnvVars(), TempDir: t.TempDir(), AllowLoopbackHTTP: true})
 	defer cleanup()
 	for _, r := range reqs {
 		if r.Err != nil {

@@ -20,11 +20,24 @@ import (
 
 // PlanOptions configure Plan.
 type PlanOptions struct {
-	// GitToken authenticates clones of https:// program repositories (HTTP
-	// basic auth x-access-token:<token>, as GitHub expects). It is passed to
-	// git through its environment, never on a command line, and masked in
-	// errors and results.
+	// GitToken authenticates clones of program repositories on TokenHosts
+	// (HTTP basic auth x-access-token:<token>, as GitHub expects). It is
+	// passed to git through its environment, never on a command line, and
+	// masked in errors and results.
 	GitToken string
+	// TokenHosts are the hosts ("host", or "host:port" for another port
+	// than the scheme's default) that receive GitToken: the git-token-hosts
+	// input. A repository elsewhere is cloned without it.
+	TokenHosts []string
+	// Backends are the state backend URLs a manifest may name (spec.backend,
+	// a PULUMI_BACKEND_URL variable): the backends input and the job's own
+	// backend. A Stack naming another is refused.
+	Backends []string
+	// AllowLoopbackHTTP lets a projectRepo be http:// on a loopback address
+	// (127.0.0.0/8, ::1, localhost). The action's tests set it, for their
+	// git servers; no input sets it, so a pull request never gets the
+	// action to clone over plain http.
+	AllowLoopbackHTTP bool
 	// TempDir is where program repositories are cloned ("" for the
 	// system's temporary directory).
 	TempDir string
@@ -56,11 +69,18 @@ const Unresolved = "Unresolved in CI: "
 // GitToken), envSecrets, ConfigMaps not in tree, ESC environments,
 // accessTokenSecret. A Stack whose program CI cannot get (fluxSource, a
 // programRef Program not in tree, no source) and a removed Stack give a
-// Request with Skip set and a Note. A Stack with spec.preview gets a Note
-// and is previewed.
+// Request with Skip set and a Note: not previewed. A Stack with
+// spec.preview gets a Note and is previewed.
 //
-// On error (a clone that failed), the returned Request still names the
-// stack and carries the error in Err, so preview.Run reports it as Failed.
+// Refused, and so not previewed, with the reason in Err (see refuse.go): a
+// projectRepo other than https://, a commit that is not a 40-hex SHA, a
+// branch that is not a branch name, a spec.backend (or PULUMI_BACKEND_URL
+// variable) not in Backends, a variable that steers the CLI or git
+// (PULUMI_*, GIT_*, proxies, TLS roots, PATH, HOME, the loader's).
+//
+// On error (a refused Stack, a clone that failed), the returned Request
+// still names the stack and carries the error in Err, so preview.Run
+// reports it as Failed.
 func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Request, func(), error) {
 	noop := func() {}
 	req := preview.Request{Key: c.Key, Source: source(c, "")}
@@ -70,11 +90,21 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	if c.Removed || c.Head == nil {
 		req.Stack = c.Base.Spec.Stack
 		req.Skip = true
-		req.Notes = append(req.Notes, fmt.Sprintf("Stack %s was removed from the manifests (%s): nothing to preview. Deleting the Stack object destroys the stack's resources only with spec.destroyOnFinalize (%v at base).", c.Key, c.File, c.Base.Spec.DestroyOnFinalize))
+		what := "keeps the stack and its resources (spec.destroyOnFinalize is false)"
+		if c.Base.Spec.DestroyOnFinalize {
+			what = "destroys the stack's resources (spec.destroyOnFinalize is true)"
+		}
+		req.Notes = append(req.Notes, fmt.Sprintf("Stack %s was removed from the manifests (%s), which is not previewed: deleting the Stack object %s.", c.Key, c.File, what))
 		return req, noop, nil
 	}
 	s := c.Head
 	req.Stack = s.Spec.Stack
+	refused := func(err error) (preview.Request, func(), error) {
+		return failPlan(req, nil, fmt.Errorf("refused, not previewed: %w", err))
+	}
+	if err := checkBackend("spec.backend", s.Spec.Backend, o.Backends); err != nil {
+		return refused(err)
+	}
 	req.Backend = s.Spec.Backend
 	req.Refresh = s.Spec.Refresh
 	req.SecretsProvider = s.Spec.SecretsProvider
@@ -116,6 +146,9 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	for _, k := range sortedKeys(s.Spec.EnvRefs) {
 		ref := s.Spec.EnvRefs[k]
 		if ref.SelectorType == pulumiv1.ResourceSelectorLiteral && ref.LiteralRef != nil {
+			if err := checkVariable("envRefs", k, ref.LiteralRef.Value, o.Backends); err != nil {
+				return refused(err)
+			}
 			req.Env[k] = ref.LiteralRef.Value
 			continue
 		}
@@ -127,8 +160,11 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 			unresolved("envs: ConfigMap %s is not in the manifests; the preview runs without its variables.", key(s.Namespace, name))
 			continue
 		}
-		for k, v := range cm.Data {
-			req.Env[k] = v
+		for _, k := range sortedKeys(cm.Data) {
+			if err := checkVariable("envs ConfigMap "+key(s.Namespace, name)+" variable", k, cm.Data[k], o.Backends); err != nil {
+				return refused(err)
+			}
+			req.Env[k] = cm.Data[k]
 		}
 	}
 	for _, name := range s.Spec.SecretEnvs {
@@ -177,13 +213,21 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	case g.ProjectRepo == "":
 		return skip("The Stack names no program source (projectRepo, programRef or fluxSource), so nothing was previewed.")
 	}
+	repo, err := checkSource(g, o.AllowLoopbackHTTP)
+	if err != nil {
+		return refused(err)
+	}
 
 	dir, err := os.MkdirTemp(o.TempDir, "stackflow-clone-")
 	if err != nil {
 		return failPlan(req, notes, err)
 	}
 	cleanup := func() { _ = os.RemoveAll(dir) }
-	sha, err := clone(ctx, g.ProjectRepo, g.Commit, g.Branch, dir, o.GitToken)
+	token := ""
+	if tokenAllowed(repo, o.TokenHosts) {
+		token = o.GitToken
+	}
+	sha, err := clone(ctx, repo, g.Commit, g.Branch, dir, token)
 	if err != nil {
 		cleanup()
 		return failPlan(req, notes, err)
@@ -257,13 +301,19 @@ func describeSource(s *pulumiv1.Stack, resolved string) string {
 		return "Program " + s.Spec.ProgramRef.Name
 	case s.Spec.FluxSource != nil:
 		return s.Spec.FluxSource.SourceRef.Kind + " " + s.Spec.FluxSource.SourceRef.Name
-	case g.Commit != "":
+	case g.Commit != "" && IsCommit(g.Commit):
 		return "commit " + short(g.Commit)
+	case g.Commit != "":
+		return "commit " + quote(g.Commit)
 	case g.Branch != "":
-		if resolved != "" {
-			return "branch " + g.Branch + " (" + short(resolved) + ")"
+		b := g.Branch
+		if checkBranch(b) != nil {
+			b = quote(b)
 		}
-		return "branch " + g.Branch
+		if resolved != "" {
+			return "branch " + b + " (" + short(resolved) + ")"
+		}
+		return "branch " + b
 	}
 	return "no source"
 }
@@ -281,22 +331,20 @@ func describeRef(r pulumiv1.ResourceRef) string {
 }
 
 // clone fetches commit (or the head of branch) of repo into dir, shallow,
-// and checks it out; it returns the commit checked out.
-func clone(ctx context.Context, repo, commit, branch, dir, token string) (string, error) {
-	env := append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1")
-	if u, err := url.Parse(repo); err == nil && token != "" && (u.Scheme == "https" || u.Scheme == "http") {
-		// Scoped to the repository's host; in the environment, not argv.
-		env = append(env, "GIT_CONFIG_COUNT=1",
-			"GIT_CONFIG_KEY_0=http."+u.Scheme+"://"+u.Host+"/.extraHeader",
-			"GIT_CONFIG_VALUE_0=Authorization: Basic "+basicAuth(token))
-	}
+// and checks it out; it returns the commit checked out. token, when set, is
+// sent to repo's host only (the caller decides whether that host may have
+// it). commit and branch have been checked (checkSource), and every
+// positional argument follows "--" all the same, so none is read as an
+// option.
+func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string) (string, error) {
+	env := gitEnviron(repo, token)
 	run := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, "git", args...)
 		cmd.Dir = dir
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			msg := strings.TrimSpace(string(out))
+			msg := gitMessage(string(out))
 			if token != "" {
 				msg = strings.ReplaceAll(strings.ReplaceAll(msg, token, preview.SecretMask), basicAuth(token), preview.SecretMask)
 			}
@@ -307,30 +355,78 @@ func clone(ctx context.Context, repo, commit, branch, dir, token string) (string
 	if _, err := run("init", "-q"); err != nil {
 		return "", err
 	}
-	if _, err := run("remote", "add", "origin", repo); err != nil {
+	if _, err := run("remote", "add", "--", "origin", repo.String()); err != nil {
 		return "", err
 	}
 	ref := commit
 	if ref == "" {
 		ref = "refs/heads/" + strings.TrimPrefix(branch, "refs/heads/")
 	}
-	if _, err := run("fetch", "-q", "--depth=1", "origin", ref); err != nil {
+	where := redactURL(repo.String())
+	if _, err := run("fetch", "-q", "--depth=1", "--", "origin", ref); err != nil {
 		if commit == "" {
-			return "", fmt.Errorf("fetch branch %s of %s: %w", branch, redactURL(repo), err)
+			return "", fmt.Errorf("fetch branch %s of %s: %w", quote(branch), where, err)
 		}
 		// A server that refuses to serve a commit by ID: fetch everything.
-		if _, err2 := run("fetch", "-q", "origin"); err2 != nil {
-			return "", fmt.Errorf("fetch commit %s of %s: %w", short(commit), redactURL(repo), err)
+		if _, err2 := run("fetch", "-q", "--", "origin"); err2 != nil {
+			return "", fmt.Errorf("fetch commit %s of %s: %w", short(commit), where, err)
 		}
 	}
 	target := "FETCH_HEAD"
 	if commit != "" {
 		target = commit
 	}
-	if _, err := run("-c", "advice.detachedHead=false", "checkout", "-q", target); err != nil {
-		return "", fmt.Errorf("check out %s of %s: %w", short(target), redactURL(repo), err)
+	if _, err := run("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", target); err != nil {
+		return "", fmt.Errorf("check out %s of %s: %w", short(target), where, err)
 	}
 	return run("rev-parse", "HEAD")
+}
+
+// gitEnviron is git's environment for a clone of repo: the process's
+// (without the pulumi CLI's settings, which git has no use for, and
+// without GIT_CONFIG_* variables, which would mix with ours), no
+// prompts, no system configuration, only repo's protocol allowed (so no
+// redirect or submodule leads to another), and the token, if any, as an
+// Authorization header scoped to repo's scheme and host.
+func gitEnviron(repo *url.URL, token string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PULUMI_") && !strings.HasPrefix(kv, "GIT_CONFIG_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_ALLOW_PROTOCOL="+repo.Scheme)
+	if token != "" {
+		env = append(env, "GIT_CONFIG_COUNT=1",
+			"GIT_CONFIG_KEY_0=http."+repo.Scheme+"://"+repo.Host+"/.extraHeader",
+			"GIT_CONFIG_VALUE_0=Authorization: Basic "+basicAuth(token))
+	}
+	return env
+}
+
+// gitMessage keeps git's output readable in one line: its fatal: and
+// error: lines (else its last line), joined, cut to 300 characters.
+func gitMessage(out string) string {
+	var keep []string
+	last := ""
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		last = l
+		if strings.HasPrefix(l, "fatal:") || strings.HasPrefix(l, "error:") {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) == 0 && last != "" {
+		keep = []string{last}
+	}
+	msg := strings.Join(keep, "; ")
+	if r := []rune(msg); len(r) > 300 {
+		msg = string(r[:299]) + "…"
+	}
+	return msg
 }
 
 func basicAuth(token string) string {

@@ -224,7 +224,7 @@ func ensureCommit(repoDir, sha string) error {
 	if _, err := git(repoDir, "cat-file", "-e", sha+"^{commit}"); err == nil {
 		return nil
 	}
-	if _, err := git(repoDir, "fetch", "-q", "--depth=1", "origin", sha); err != nil {
+	if _, err := git(repoDir, "fetch", "-q", "--depth=1", "--", "origin", sha); err != nil {
 		return fmt.Errorf("commit %s is not in %s and fetching it failed: %w", short(sha), repoDir, err)
 	}
 	if _, err := git(repoDir, "cat-file", "-e", sha+"^{commit}"); err != nil {

@@ -215,9 +215,10 @@ func TestCloneToken(t *testing.T) {
 	sha := repo.Commit(t, "v1", map[string]string{"infra/Pulumi.yaml": "name: x\nruntime: yaml\n"})
 	repo.Commit(t, "v2", map[string]string{"infra/Pulumi.yaml": "name: y\nruntime: yaml\n"})
 	srv := gitrepo.NewHTTPServer(t, filepath.Dir(repo.Bare)) // not serving yet
+	srv.Authorize = func(user, pass string) bool { return user == "x-access-token" && pass == token }
 	s := tree(t, sha2, map[string]string{"s.yaml": stackYAML("  projectRepo: " + repo.HTTPURL(srv) + "\n  repoDir: /infra/\n  commit: " + sha + "\n")}).Stacks["ns/s"].Stack
 	c := Change{Key: "ns/s", File: "s.yaml", Head: s, Added: true}
-	o := PlanOptions{GitToken: token, TempDir: t.TempDir()}
+	o := PlanOptions{GitToken: token, TokenHosts: []string{srv.Addr}, AllowLoopbackHTTP: true, TempDir: t.TempDir()}
 	req, cleanup, err := Plan(context.Background(), c, Tree{}, o)
 	cleanup()
 	if err == nil || req.Err == nil {

@@ -25,8 +25,13 @@
 //     which keeps typed values (numbers, booleans, objects, arrays) typed;
 //     keys are never property paths.
 //   - Secret configuration values (and Request.Masks) are given to
-//     Options.Mask before the preview starts and replaced by "[secret]" in
-//     the result's Output and Error.
+//     Options.Mask before the previews start and replaced by "[secret]" in
+//     the result's Output and Error; so are the stack's own secrets (its
+//     settings file's "secure:" values, its environments'), read with
+//     `pulumi config --show-secrets` just before its preview.
+//   - Every pulumi process inherits this process's environment (the
+//     Automation API passes os.Environ on): the caller removes what the
+//     program must not see first (inputs.ScrubEnvironment).
 //   - Changes are the engine's change summary (replacements counted once, as
 //     "replace"; the stack resource pulumi:pulumi:Stack counts like any
 //     other, as the CLI's summary does); Resources are the engine's resource
@@ -35,7 +40,8 @@
 //   - Output is the CLI's preview output with the property-level diff
 //     (pulumi preview --diff: each changed property's old and new value,
 //     secrets shown as [secret] by the engine); Options.NoDiff leaves it out.
-//   - A Request with Skip set runs nothing and gives a Skipped result; one
+//   - A Request with Skip set runs nothing and gives a Skipped (not
+//     previewed) result; one
 //     with Err set gives a Failed result: planners (the manifests mode) hand
 //     every stack to Run, so all results come out in one list, in order.
 package preview

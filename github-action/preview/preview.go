@@ -160,9 +160,31 @@ func (o Options) Run(ctx context.Context, reqs []Request, parallel int) []result
 // string when JSON), Masks, and each line of multi-line ones; longest first,
 // so a value containing another is masked whole.
 func (r Request) secrets() []string {
+	var values []string
+	for _, c := range r.Config {
+		if !c.Secret {
+			continue
+		}
+		values = append(values, c.Value)
+		if c.JSON {
+			var s string
+			if json.Unmarshal([]byte(c.Value), &s) == nil {
+				values = append(values, s)
+			}
+		}
+	}
+	return withSecrets(nil, append(values, r.Masks...)...)
+}
+
+// withSecrets adds values (each, and each line of a multi-line one, trimmed)
+// to secrets, without duplicates, longest first.
+func withSecrets(secrets []string, values ...string) []string {
 	seen := map[string]bool{}
-	var out []string
-	add := func(s string) {
+	out := append([]string(nil), secrets...)
+	for _, s := range out {
+		seen[s] = true
+	}
+	for _, s := range values {
 		for _, v := range append([]string{s}, strings.Split(s, "\n")...) {
 			v = strings.TrimSpace(v)
 			if v != "" && !seen[v] {
@@ -170,21 +192,6 @@ func (r Request) secrets() []string {
 				out = append(out, v)
 			}
 		}
-	}
-	for _, c := range r.Config {
-		if !c.Secret {
-			continue
-		}
-		add(c.Value)
-		if c.JSON {
-			var s string
-			if json.Unmarshal([]byte(c.Value), &s) == nil {
-				add(s)
-			}
-		}
-	}
-	for _, m := range r.Masks {
-		add(m)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if len(out[i]) != len(out[j]) {
@@ -295,6 +302,29 @@ func (o Options) one(ctx context.Context, r Request, secrets []string) (res resu
 	if err := setConfig(ctx, stack, r.Config); err != nil {
 		return fail(fmt.Errorf("set configuration: %w", err))
 	}
+	// The stack's own secret values (its settings file's "secure:" values,
+	// its environments'), read as the engine will see them, are masked
+	// before the preview can print them.
+	all, err := stack.GetAllConfig(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("read the configuration to mask its secrets: %w", cleanAutoError(err)))
+	}
+	var found []string
+	for _, v := range all {
+		if v.Secret {
+			found = append(found, v.Value)
+		}
+	}
+	known := map[string]bool{}
+	for _, s := range secrets {
+		known[s] = true
+	}
+	for _, s := range withSecrets(nil, found...) {
+		if !known[s] && o.Mask != nil {
+			o.Mask(s)
+		}
+	}
+	secrets = withSecrets(secrets, found...)
 
 	var stdout bytes.Buffer
 	evs := make(chan events.EngineEvent)

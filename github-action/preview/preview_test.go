@@ -187,3 +187,42 @@ func TestSecrets(t *testing.T) {
 		t.Errorf("mask = %q", m)
 	}
 }
+
+// TestStackSecretsMasked: a secret of the stack's own settings file (as
+// program mode finds it, "secure:" in Pulumi.<stack>.yaml) is masked before
+// the preview runs and never appears in the result, even when the provider
+// repeats it in an error.
+func TestStackSecretsMasked(t *testing.T) {
+	pe := substrate.NewPulumi(t)
+	dir := writeProgram(t, program)
+	ctx := context.Background()
+	const secret = "leaky name s3cr3t"
+	s, err := auto.UpsertStackLocalSource(ctx, "sec", dir, auto.Pulumi(pe.Command(t)), auto.EnvVars(pe.EnvVars()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetConfig(ctx, "recordName", auto.ConfigValue{Value: secret, Secret: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetConfig(ctx, "content", auto.ConfigValue{Value: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "Pulumi.sec.yaml")); err != nil || strings.Contains(string(b), secret) || !strings.Contains(string(b), "secure:") {
+		t.Fatalf("settings file: %v\n%s", err, b)
+	}
+	var masked []string
+	rs := Options{PulumiCommand: pe.Command(t), Env: pe.EnvVars(), Mask: func(s string) { masked = append(masked, s) }}.
+		Run(ctx, []Request{{WorkDir: dir, Stack: "sec"}}, 1)
+	r := rs[0]
+	if r.Status != result.Failed || !strings.Contains(r.Error, "must match") || !strings.Contains(r.Error, SecretMask) {
+		t.Fatalf("result %+v", r)
+	}
+	for _, out := range []string{r.Error, r.Output} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the secret leaked: %q", out)
+		}
+	}
+	if strings.Join(masked, "|") != secret {
+		t.Errorf("Mask got %q, want the stack's secret", masked)
+	}
+}

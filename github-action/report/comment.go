@@ -35,6 +35,12 @@ type CommentOptions struct {
 	// Outdated marks the sections of these keys (from the existing body or
 	// the new sections) outdated, with the given reason (may be empty).
 	Outdated map[string]string
+	// Scope, when set, says the new sections are all there are of that
+	// scope (SectionOptions.Scope): an existing section of the scope whose
+	// key is not among them is removed. Manifests mode writes every Stack
+	// the pull request changes in one job, so a Stack it no longer changes
+	// loses its section.
+	Scope string
 	// Limit is the maximum length (Len); default MaxCommentLen. Tests use
 	// smaller limits.
 	Limit int
@@ -264,6 +270,13 @@ func Comment(existing string, sections []string, o CommentOptions) (string, erro
 		seen[p.key] = true
 		byKey[p.key] = p
 	}
+	if o.Scope != "" {
+		for k, p := range byKey {
+			if p.info.Scope == o.Scope && !seen[k] {
+				delete(byKey, k)
+			}
+		}
+	}
 	for key, reason := range o.Outdated {
 		p, ok := byKey[key]
 		if !ok || p.info.Outdated {
@@ -374,7 +387,7 @@ func commentTop(o CommentOptions, ps []*parsedSection) string {
 	var b strings.Builder
 	b.WriteString(TopMarker + "\n## " + Text(o.Heading) + "\n")
 	if len(ps) == 0 {
-		b.WriteString("\nNo stacks previewed.")
+		b.WriteString("\n✅ Nothing changes: no stack to preview at this commit.")
 		return b.String()
 	}
 	b.WriteString("\n| Stack | Result | Create | Update | Delete | Replace | |\n| --- | --- | --- | --- | --- | --- | --- |")

@@ -273,15 +273,21 @@ func TestSummaryCap(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	for _, tc := range []struct {
-		r           result.Result
-		state, desc string
+		r            result.Result
+		state, desc  string
+		notPreviewed string
 	}{
-		{mixed()[0], "success", "changes: +1 ~1 -1 ±1"},
-		{mixed()[1], "failure", "preview failed"},
-		{mixed()[3], "success", "no changes"},
-		{result.Result{Status: result.Skipped, Notes: []string{strings.Repeat("é", 200)}}, "success", "skipped: " + strings.Repeat("é", 130) + "…"},
+		{r: mixed()[0], state: "success", desc: "changes: +1 ~1 -1 ±1"},
+		{r: mixed()[1], state: "failure", desc: "preview failed"},
+		{r: mixed()[3], state: "success", desc: "no changes"},
+		{r: result.Result{Status: result.Failed, Error: "refused, not previewed: spec.commit \"--upload-pack=x\" is not a commit SHA"}, state: "failure",
+			desc: "preview failed: refused, not previewed: spec.commit \"--upload-pack=x\" is not a commit SHA"},
+		// Not previewed is not success, unless the workflow says so.
+		{r: result.Result{Status: result.Skipped, Notes: []string{strings.Repeat("é", 200)}}, state: "failure", desc: "not previewed: " + strings.Repeat("é", 124) + "…"},
+		{r: result.Result{Status: result.Skipped, Notes: []string{"removed"}}, notPreviewed: "failure", state: "failure", desc: "not previewed: removed"},
+		{r: result.Result{Status: result.Skipped, Notes: []string{"removed"}}, notPreviewed: "success", state: "success", desc: "not previewed: removed"},
 	} {
-		s, d := Status(tc.r)
+		s, d := Status(tc.r, tc.notPreviewed)
 		if s != tc.state || d != tc.desc {
 			t.Errorf("Status(%s) = %q, %q; want %q, %q", tc.r.Key, s, d, tc.state, tc.desc)
 		}
@@ -343,4 +349,29 @@ func FuzzComment(f *testing.F) {
 			t.Fatalf("re-merge: %v, %d sections", err, len(Sections(again)))
 		}
 	})
+}
+
+// TestRefusedSection: a Stack refused before its program was read has no
+// project; its section names the stack alone and shows what was refused
+// and why in one line, outside any collapsed block.
+func TestRefusedSection(t *testing.T) {
+	r := result.Result{Key: "dev/inject", Stack: "inject-dev", Status: result.Failed,
+		Source: `Stack dev/inject (stacks/x.yaml): new, commit "--upload-pack=touch /tmp/pwned"`,
+		Error:  `refused, not previewed: spec.commit "--upload-pack=touch /tmp/pwned" is not a commit SHA (40 lowercase hexadecimal characters)`}
+	s := Section(r, SectionOptions{})
+	for _, want := range []string{
+		"\nPulumi stack inject-dev · Stack dev/inject (stacks/x.yaml): new, commit &quot;--upload-pack=touch /tmp/pwned&quot;\n",
+		"\n- ❌ refused, not previewed: spec.commit &quot;--upload-pack=touch /tmp/pwned&quot; is not a commit SHA (40 lowercase hexadecimal characters)\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("section lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "<details>") || strings.Contains(s, "Pulumi stack /") {
+		t.Errorf("section:\n%s", s)
+	}
+	sum := Summary([]result.Result{r}, SummaryOptions{})
+	if !strings.Contains(sum, "Pulumi stack inject-dev · Stack dev/inject") {
+		t.Errorf("summary:\n%s", sum)
+	}
 }

@@ -42,6 +42,9 @@ type SectionOptions struct {
 	// OutdatedReason says why, e.g. "previewed at 1a2b3c4, the PR is now
 	// at 5d6e7f8".
 	OutdatedReason string
+	// Scope names the job that writes every section of its kind (manifests
+	// mode: "manifests:<dir>"); see CommentOptions.Scope.
+	Scope string
 }
 
 // Info is a section's machine-readable summary, embedded in the section as
@@ -55,6 +58,8 @@ type Info struct {
 	Changes  result.Changes `json:"changes"`
 	URL      string         `json:"url,omitempty"`
 	Outdated bool           `json:"outdated,omitempty"`
+	// Scope is SectionOptions.Scope.
+	Scope string `json:"scope,omitempty"`
 	// Digest identifies the section's content as first rendered (before any
 	// truncation): the client compares it to confirm its write survived.
 	Digest string `json:"digest"`
@@ -75,32 +80,30 @@ func Section(r result.Result, o SectionOptions) string {
 		line(outdatedLine(o.OutdatedReason))
 	}
 	compact := o.Compact && r.Status == result.Succeeded && !r.Changes.Any() && r.Error == ""
-	if !compact {
-		var facts []string
-		if r.Project != "" || r.Stack != "" {
-			facts = append(facts, "Pulumi stack "+Text(r.Project+"/"+r.Stack))
-		}
-		if r.Source != "" {
-			facts = append(facts, Text(r.Source))
-		}
-		if len(facts) > 0 {
-			line("")
-			line(strings.Join(facts, " · "))
-		}
-	}
-	if len(r.Notes) > 0 {
+	if f := facts(r); !compact && f != "" {
 		line("")
+		line(f)
+	}
+	// A one-line error (a refused Stack, a clone that failed) is shown as
+	// it is; a longer one (the engine's) in the details.
+	shortError := r.Error != "" && !strings.Contains(strings.TrimSpace(r.Error), "\n") && len(r.Error) <= 400
+	if len(r.Notes) > 0 || shortError {
+		line("")
+		if shortError {
+			line("- ❌ " + Text(r.Error))
+		}
 		for _, n := range r.Notes {
 			line("- ⚠️ " + multiline(n))
 		}
 	}
 	changed := changedResources(r.Resources)
-	if !compact && (len(changed) > 0 || r.Error != "") {
+	longError := r.Error != "" && !shortError
+	if !compact && (len(changed) > 0 || longError) {
 		var what []string
 		if len(changed) > 0 {
 			what = append(what, plural(len(changed), "changed resource", "changed resources"))
 		}
-		if r.Error != "" {
+		if longError {
 			what = append(what, "error")
 		}
 		line("")
@@ -113,7 +116,7 @@ func Section(r result.Result, o SectionOptions) string {
 				line(resourceRow(res))
 			}
 		}
-		if r.Error != "" {
+		if longError {
 			line("")
 			line("<pre>")
 			line(preText(r.Error))
@@ -126,7 +129,7 @@ func Section(r result.Result, o SectionOptions) string {
 	sum := sha256.Sum256([]byte(body))
 	info := Info{
 		Key: r.Key, Project: r.Project, Stack: r.Stack, Status: r.Status,
-		Changes: r.Changes, URL: o.RunURL, Outdated: o.Outdated,
+		Changes: r.Changes, URL: o.RunURL, Outdated: o.Outdated, Scope: o.Scope,
 		Digest: hex.EncodeToString(sum[:8]),
 	}
 	return startMarker(r.Key) + "\n" + dataLine(info) + "\n" + body + "\n" + SectionEndMarker
@@ -138,7 +141,7 @@ func header(r result.Result, runURL string) string {
 	case r.Status == result.Failed:
 		h += "failed"
 	case r.Status == result.Skipped:
-		h += "skipped"
+		h += "not previewed"
 	case r.Changes.Any():
 		h += counts(r.Changes)
 	default:
@@ -151,6 +154,23 @@ func header(r result.Result, runURL string) string {
 		h += " · [details](" + u + ")"
 	}
 	return h
+}
+
+// facts is the line naming the Pulumi stack and what was previewed:
+// "Pulumi stack web/dev · program in infra/", or without the project when
+// it is unknown (a Stack refused before its program was read).
+func facts(r result.Result) string {
+	var f []string
+	switch {
+	case r.Project != "" && r.Stack != "":
+		f = append(f, "Pulumi stack "+Text(r.Project+"/"+r.Stack))
+	case r.Stack != "":
+		f = append(f, "Pulumi stack "+Text(r.Stack))
+	}
+	if r.Source != "" {
+		f = append(f, Text(r.Source))
+	}
+	return strings.Join(f, " · ")
 }
 
 func counts(c result.Changes) string {
@@ -175,7 +195,7 @@ func statusText(i Info) string {
 	case result.Failed:
 		return "❌ failed"
 	case result.Skipped:
-		return "⏭️ skipped"
+		return "⏭️ not previewed"
 	case result.Succeeded:
 		if i.Changes.Any() {
 			return "📝 changes"

@@ -59,14 +59,8 @@ func Summary(results []result.Result, o SummaryOptions) string {
 	for i, r := range rs {
 		var pre strings.Builder
 		pre.WriteString(header(r, o.RunURL) + "\n\n")
-		if r.Project != "" || r.Stack != "" {
-			pre.WriteString("Pulumi stack " + Text(r.Project+"/"+r.Stack))
-			if r.Source != "" {
-				pre.WriteString(" · " + Text(r.Source))
-			}
-			pre.WriteString("\n\n")
-		} else if r.Source != "" {
-			pre.WriteString(Text(r.Source) + "\n\n")
+		if facts := facts(r); facts != "" {
+			pre.WriteString(facts + "\n\n")
 		}
 		for _, n := range r.Notes {
 			pre.WriteString("- ⚠️ " + multiline(n) + "\n")
@@ -162,15 +156,23 @@ func Summary(results []result.Result, o SummaryOptions) string {
 
 // Status returns a commit status's state and description (≤ 140
 // characters) for one stack's result: success for a preview that ran
-// (changes or not) or was skipped, failure for a failed preview.
-func Status(r result.Result) (state, description string) {
+// (changes or not), failure for a failed preview, and notPreviewed
+// ("failure" unless the workflow chose "success"; the not-previewed input)
+// for a Stack that was not previewed, with the reason.
+func Status(r result.Result, notPreviewed string) (state, description string) {
 	switch r.Status {
 	case result.Failed:
 		state, description = "failure", "preview failed"
+		if r.Error != "" && !strings.Contains(strings.TrimSpace(r.Error), "\n") {
+			description += ": " + oneLine(r.Error)
+		}
 	case result.Skipped:
-		state, description = "success", "skipped"
+		state, description = notPreviewed, "not previewed"
+		if state != "success" {
+			state = "failure"
+		}
 		if len(r.Notes) > 0 {
-			description += ": " + strings.Join(strings.Fields(StripANSI(r.Notes[0])), " ")
+			description += ": " + oneLine(r.Notes[0])
 		}
 	default:
 		state = "success"
@@ -182,6 +184,8 @@ func Status(r result.Result) (state, description string) {
 	}
 	return state, Truncate(description, 140)
 }
+
+func oneLine(s string) string { return strings.Join(strings.Fields(StripANSI(s)), " ") }
 
 // Truncate cuts s to at most n characters, ending with "…" if cut.
 func Truncate(s string, n int) string {

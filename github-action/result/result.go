@@ -15,9 +15,10 @@ const (
 	Succeeded Status = "succeeded"
 	// Failed: the preview errored (the action then exits non-zero).
 	Failed Status = "failed"
-	// Skipped: nothing was previewed, and Notes say why (a Stack in
-	// preview mode, removed from the tree, or with inputs CI cannot
-	// resolve that the preview needs).
+	// Skipped: not previewed, and Notes say why (a Stack removed from the
+	// tree, a fluxSource, a programRef Program not in the tree, no program
+	// source). Its commit status is failure unless the workflow sets
+	// not-previewed: success.
 	Skipped Status = "skipped"
 )
 

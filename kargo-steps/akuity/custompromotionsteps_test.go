@@ -99,7 +99,7 @@ func run(t *testing.T, s step, config map[string]string) (int, map[string]any, s
 
 func TestWaitStep(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/namespaces/dev/stacks/web/verification" || r.URL.Query().Get("operation") != "preview" {
+		if r.URL.Path != "/v1/namespaces/dev/stacks/web/verification" || r.URL.Query().Get("operation") != "preview" || r.Header.Get("Authorization") != "Bearer project-token" {
 			http.Error(w, "unexpected "+r.URL.String(), http.StatusNotFound)
 			return
 		}
@@ -108,7 +108,7 @@ func TestWaitStep(t *testing.T) {
 	}))
 	defer srv.Close()
 	code, out, log := run(t, steps(t)["stackflow-wait"], map[string]string{"url": srv.URL, "namespace": "dev", "stack": "web",
-		"commit": "0123456789abcdef0123456789abcdef01234567", "operation": "preview", "timeout": "1m"})
+		"commit": "0123456789abcdef0123456789abcdef01234567", "operation": "preview", "timeout": "1m", "token": "project-token"})
 	if code != cli.ExitOK || out["succeeded"] != true || out["update"] != "web-4" || out["permalink"] != "https://example.com/web/4" {
 		t.Fatalf("exit %d, output %v: %s", code, out, log)
 	}

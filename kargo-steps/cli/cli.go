@@ -31,8 +31,21 @@ const (
 // CustomPromotionStep, output.source File).
 const OutputEnv = "KARGO_OUTPUT"
 
-// DefaultTokenFile is where a pod's ServiceAccount token is mounted.
-const DefaultTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+// DefaultTokenFile is where wait looks for its token by default: a projected
+// ServiceAccount token volume with the audience stackflow-analysis, mounted
+// at /var/run/secrets/stackflow/analysis (see kargo-steps/README.md).
+const DefaultTokenFile = "/var/run/secrets/stackflow/analysis/token"
+
+// PodTokenFile is where a pod's own ServiceAccount token is mounted. wait
+// never sends it: it is a credential for the API server, which whatever
+// --url names would receive, and stackflow-analysis refuses its audience.
+const PodTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// TokenEnv gives wait its token when no token file is given or mounted: for
+// a step that cannot mount a volume (an Akuity CustomPromotionStep passes it
+// from its config). It is no flag, so a token never appears on a command
+// line.
+const TokenEnv = EnvPrefix + "TOKEN"
 
 // version is set at build time.
 var Version = "dev"
@@ -140,15 +153,14 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Commit, "commit", "", "the commit the Stack must have applied: 7 to 40 hexadecimal characters (required)")
 	fs.StringVar(&op, "operation", "up", "up (the commit applied) or preview (the commit previewed)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait before giving up (exit 1)")
-	fs.StringVar(&o.TokenFile, "token-file", "", "file holding the bearer token sent to the service, read before each request (default: the pod's ServiceAccount token, "+DefaultTokenFile+", when it exists; none otherwise)")
+	fs.StringVar(&o.TokenFile, "token-file", "", "file holding the bearer token sent to the service, read before each request: a ServiceAccount token for the audience stackflow-analysis (default: the token in $"+TokenEnv+" when set, else "+DefaultTokenFile+", a projected token volume, when it exists, else none). The pod's own token ("+PodTokenFile+") is never sent")
 	if ok, code := parse(fs, args); !ok {
 		return code
 	}
 	o.Operation = verification.Operation(op)
-	if o.TokenFile == "" {
-		if _, err := os.Stat(DefaultTokenFile); err == nil {
-			o.TokenFile = DefaultTokenFile
-		}
+	o.TokenFile, o.Token = tokenSource(o.TokenFile, os.Getenv(TokenEnv), fileExists)
+	if o.TokenFile == "" && o.Token == "" {
+		fmt.Fprintf(stderr, "No token: mount a projected ServiceAccount token for the audience stackflow-analysis at %s, or give --token-file or $%s; the service answers 401 unless it runs with --auth=none\n", DefaultTokenFile, TokenEnv)
 	}
 	o.Progress = func(r verification.Result) {
 		fmt.Fprintf(stderr, "%s %s: %s (%s): %s\n", time.Now().UTC().Format(time.TimeOnly), o.Stack, r.Phase, r.Reason, r.Message)
@@ -169,6 +181,26 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "Stack %s/%s: %s: %s\n", o.Namespace, o.Stack, out.Reason, out.Message)
 	return ExitFailed
+}
+
+// tokenSource says where wait's token comes from: the given file, else the
+// token of $STACKFLOW_KARGO_TOKEN, else DefaultTokenFile when it exists,
+// else nothing. Never PodTokenFile.
+func tokenSource(file, envToken string, exists func(string) bool) (string, string) {
+	switch {
+	case file != "":
+		return file, ""
+	case strings.TrimSpace(envToken) != "":
+		return "", strings.TrimSpace(envToken)
+	case exists(DefaultTokenFile):
+		return DefaultTokenFile, ""
+	}
+	return "", ""
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Output is what wait writes to $KARGO_OUTPUT (JSON): a later step reads

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stackflow-io/stackflow/analysis/verification"
 )
 
 const sha = "0123456789abcdef0123456789abcdef01234567"
@@ -127,5 +132,58 @@ func TestUsage(t *testing.T) {
 	}
 	if code, stdout, _ := runCLI(t, "version"); code != ExitOK || !strings.HasPrefix(stdout, "stackflow-kargo ") {
 		t.Fatalf("version: %d %s", code, stdout)
+	}
+}
+
+// TestTokenSource: the wait's token comes from --token-file, else
+// $STACKFLOW_KARGO_TOKEN, else the projected token for stackflow-analysis;
+// never from the pod's own ServiceAccount token, a credential for the API
+// server that whatever --url names would receive.
+func TestTokenSource(t *testing.T) {
+	for _, tt := range []struct {
+		name, file, env string
+		mounted         []string
+		wantFile, want  string
+	}{
+		{name: "flag", file: "/tmp/t", env: "env-token", mounted: []string{DefaultTokenFile}, wantFile: "/tmp/t"},
+		{name: "environment", env: " env-token\n", mounted: []string{DefaultTokenFile}, want: "env-token"},
+		{name: "projected token", mounted: []string{DefaultTokenFile, PodTokenFile}, wantFile: DefaultTokenFile},
+		{name: "only the pod's own token", mounted: []string{PodTokenFile}},
+		{name: "nothing"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			exists := func(p string) bool { return slices.Contains(tt.mounted, p) }
+			file, tok := tokenSource(tt.file, tt.env, exists)
+			if file != tt.wantFile || tok != tt.want {
+				t.Fatalf("token from file %q, value %q; want file %q, value %q", file, tok, tt.wantFile, tt.want)
+			}
+		})
+	}
+}
+
+// TestWaitSendsTheEnvironmentToken: with $STACKFLOW_KARGO_TOKEN (and no
+// token file) the wait sends it; without any token it says how to mount one.
+func TestWaitSendsTheEnvironmentToken(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+		if r.Header.Get("Authorization") == "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(verification.Error{Code: 401, Reason: "Unauthorized", Message: "missing Authorization header"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(verification.Result{Phase: verification.PhaseSucceeded, Reason: verification.ReasonUpdateSucceeded, Message: "up succeeded"})
+	}))
+	defer srv.Close()
+	args := []string{"wait", "--url", srv.URL, "--namespace", "dev", "--stack", "web", "--commit", sha, "--timeout", "10s"}
+	t.Setenv(TokenEnv, "the-token")
+	if code, stdout, stderr := runCLI(t, args...); code != ExitOK || len(got) != 1 || got[0] != "Bearer the-token" {
+		t.Fatalf("exit %d, Authorization %q: %s%s", code, got, stdout, stderr)
+	}
+	t.Setenv(TokenEnv, "")
+	code, _, stderr := runCLI(t, args...)
+	if code != ExitFailed || got[len(got)-1] != "" || !strings.Contains(stderr, "No token: mount a projected ServiceAccount token for the audience stackflow-analysis") {
+		t.Fatalf("without a token: exit %d, Authorization %q: %s", code, got, stderr)
 	}
 }

@@ -28,8 +28,10 @@ func (s stacks) Stack(_ context.Context, key types.NamespacedName) (*pulumiv1.St
 	return nil, nil
 }
 func (stacks) Update(context.Context, types.NamespacedName) *autov1alpha1.Update { return nil }
-func (stacks) Changed(types.NamespacedName) <-chan struct{}                      { return make(chan struct{}) }
-func (stacks) Synced() bool                                                      { return true }
+func (stacks) Watch(types.NamespacedName) (<-chan struct{}, func()) {
+	return make(chan struct{}), func() {}
+}
+func (stacks) Synced() bool { return true }
 
 // denied is an authentication or authorisation failure of the guard.
 type denied struct {

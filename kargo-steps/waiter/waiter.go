@@ -26,8 +26,11 @@ type Options struct {
 	// Timeout bounds the whole wait.
 	Timeout time.Duration
 	// TokenFile holds the bearer token, read before every request (a
-	// projected ServiceAccount token rotates); empty sends none.
+	// projected ServiceAccount token rotates).
 	TokenFile string
+	// Token is the bearer token when there is no TokenFile; with neither,
+	// none is sent.
+	Token string
 	// Client makes the requests (default: 35s timeout, above the long
 	// poll).
 	Client *http.Client
@@ -173,12 +176,15 @@ func (o Options) ask(ctx context.Context, poll time.Duration) (verification.Resu
 	if err != nil {
 		return verification.Result{}, err
 	}
-	if o.TokenFile != "" {
+	switch {
+	case o.TokenFile != "":
 		b, err := os.ReadFile(o.TokenFile)
 		if err != nil {
 			return verification.Result{}, fmt.Errorf("read the token: %w", err)
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+	case o.Token != "":
+		req.Header.Set("Authorization", "Bearer "+o.Token)
 	}
 	resp, err := o.Client.Do(req)
 	if err != nil {

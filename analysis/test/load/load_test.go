@@ -364,7 +364,9 @@ func verifierToken(b *testing.B, c client.Client, cs kubernetes.Interface) strin
 	}
 	exp := int64(3600)
 	tr, err := cs.CoreV1().ServiceAccounts(verifierSANS).CreateToken(ctx, verifierSA,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		// For the service's audience (--audiences, default
+		// stackflow-analysis), as a projected token volume holds.
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp, Audiences: []string{service.DefaultAudience}}}, metav1.CreateOptions{})
 	if err != nil {
 		b.Fatalf("token for %s/%s: %v", verifierSANS, verifierSA, err)
 	}

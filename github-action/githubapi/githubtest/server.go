@@ -20,6 +20,13 @@ type prefixKey struct{}
 // MaxBody is GitHub's limit on a comment body, in characters.
 const MaxBody = 65536
 
+// GitHub's limits on a commit status, in characters: the description (as
+// documented) and the context (as enforced: 422 beyond it).
+const (
+	MaxStatusDescription = 140
+	MaxStatusContext     = 255
+)
+
 // User is an account the server knows.
 type User struct {
 	Login string `json:"login"`
@@ -138,8 +145,12 @@ func (s *Server) AddToken(tok, login string, readOnly bool) User {
 	return u
 }
 
-// AddAppToken registers a GitHub App installation token: GET /user is 403
-// and comments are authored by botLogin (e.g. "github-actions[bot]"), a Bot.
+// AddAppToken registers a GitHub App installation token, as the workflow's
+// GITHUB_TOKEN is: GET /user answers 403 "Resource not accessible by
+// integration" and comments are authored by botLogin (e.g.
+// "github-actions[bot]"), a Bot. GitHub's installation tokens start with
+// "ghs_"; tests pass another form to play an older GitHub Enterprise
+// Server's.
 func (s *Server) AddAppToken(tok, botLogin string, readOnly bool) User {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -481,9 +492,19 @@ func (s *Server) createStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "Resource not accessible by integration")
 		return
 	}
-	if !states[in.State] || utf8.RuneCountInString(in.Description) > 140 {
+	invalid := func(field, msg string) {
 		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"message": "Validation Failed",
-			"errors": []map[string]string{{"resource": "Status", "code": "custom", "field": "state"}}})
+			"errors": []map[string]string{{"resource": "Status", "code": "custom", "field": field, "message": msg}}})
+	}
+	switch {
+	case !states[in.State]:
+		invalid("state", "state is not included in the list")
+		return
+	case utf8.RuneCountInString(in.Description) > MaxStatusDescription:
+		invalid("description", fmt.Sprintf("description is too long (maximum is %d characters)", MaxStatusDescription))
+		return
+	case utf8.RuneCountInString(in.Context) > MaxStatusContext:
+		invalid("context", fmt.Sprintf("context is too long (maximum is %d characters)", MaxStatusContext))
 		return
 	}
 	if in.Context == "" {

@@ -37,6 +37,11 @@ func TestServer(t *testing.T) {
 	if resp, body := do(t, "GET", s.URL+"/user", "token t", ""); resp.StatusCode != 200 || !strings.Contains(body, `"login":"me"`) {
 		t.Errorf("GET /user: %d %s", resp.StatusCode, body)
 	}
+	// An installation token (the workflow's GITHUB_TOKEN) has no user.
+	s.AddAppToken("ghs_installation", "github-actions[bot]", false)
+	if resp, body := do(t, "GET", s.URL+"/user", "Bearer ghs_installation", ""); resp.StatusCode != 403 || !strings.Contains(body, "Resource not accessible by integration") {
+		t.Errorf("GET /user with an installation token: %d %s", resp.StatusCode, body)
+	}
 	resp, body := do(t, "GET", s.EnterpriseURL()+"/repos/o/r/issues/1/comments?per_page=2&page=2", "Bearer t", "")
 	var cs []map[string]any
 	_ = json.Unmarshal([]byte(body), &cs)
@@ -61,5 +66,12 @@ func TestServer(t *testing.T) {
 	}
 	if resp, _ := do(t, "POST", s.URL+"/repos/o/r/statuses/abc", "Bearer t", `{"state":"success","context":"c"}`); resp.StatusCode != 201 || len(s.Statuses("o", "r", "abc")) != 1 {
 		t.Errorf("status: %d", resp.StatusCode)
+	}
+	for _, n := range []int{MaxStatusContext, MaxStatusContext + 1} {
+		ctx, _ := json.Marshal(map[string]string{"state": "success", "context": strings.Repeat("ü", n)})
+		want := map[bool]int{true: 201, false: 422}[n <= MaxStatusContext]
+		if resp, body := do(t, "POST", s.URL+"/repos/o/r/statuses/abc", "Bearer t", string(ctx)); resp.StatusCode != want {
+			t.Errorf("context of %d characters: %d %s", n, resp.StatusCode, body)
+		}
 	}
 }

@@ -1,8 +1,8 @@
 //go:build tools
 
-// Package argocd pins Argo CD's multi-call binary (it picks the component from
-// ARGOCD_BINARY_NAME) that the Argo CD e2e and `make demo` run against the local
-// control plane, built from the Go module proxy.
-package argocd
+// The module also pins Argo CD's whole multi-call binary (CLI included), so
+// that `go build github.com/argoproj/argo-cd/v2/cmd` works here, e.g. to
+// compare its build with the components' (main.go).
+package main
 
 import _ "github.com/argoproj/argo-cd/v2/cmd"

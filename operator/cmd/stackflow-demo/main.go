@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/operator/internal/demo"
+	"github.com/stackflow-io/stackflow/operator/test/argocd"
 )
 
 func main() {
@@ -24,6 +25,7 @@ func main() {
 	flag.StringVar(&o.Dir, "dir", ".demo", "directory for the run's state: kubeconfig, repositories, backend, Argo CD logs (wiped at start)")
 	flag.StringVar(&o.Examples, "examples", "", "the Argo CD layout to roll out (appproject.yaml, applications/<stage>.yaml, environments/<stage>/); default: the repository's examples/argocd")
 	flag.BoolVar(&o.Yes, "yes", false, "promote to prod without asking for approval")
+	argoVersion := flag.String("argocd-version", string(argocd.V3), "the Argo CD to run: 3 (the newest v3 the substrate builds) or 2.14")
 	exit := flag.Bool("exit", false, "exit after the summary instead of keeping the control plane running for kubectl")
 	plain := flag.Bool("plain", false, "print the table whenever it changes instead of redrawing it in place")
 	verbose := flag.Bool("verbose", false, "log the operator's and the analysis service's work")
@@ -31,7 +33,7 @@ func main() {
 		fmt.Fprintf(flag.CommandLine.Output(), `Usage: stackflow-demo [flags]
 
 Starts a local control plane, the Stackflow operator, the analysis service and
-Argo CD; creates a program repository and a manifests repository laid out as
+Argo CD (v3 by default; --argocd-version 2.14 runs v2.14); creates a program repository and a manifests repository laid out as
 examples/argocd; rolls release 2 out dev → test → prod with Kargo's promotion
 steps (asking before prod), then shows a broken release 3 stopped at dev.
 
@@ -40,6 +42,12 @@ Flags:
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	v, err := argocd.ParseVersion(*argoVersion)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stackflow-demo:", err)
+		os.Exit(2)
+	}
+	o.ArgoCDVersion = v
 	o.Out = os.Stdout
 	o.Live = !*plain && term.IsTerminal(int(os.Stdout.Fd()))
 	o.Stay = !*exit

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	"github.com/stackflow-io/stackflow/operator/internal/stack"
@@ -190,7 +191,7 @@ func (r *UpdateReconciler) reconcileWorkspace(ctx context.Context, u *autov1alph
 			Message: fmt.Sprintf("not started: workspace %s is set to commit %s, not this update's %s", ws.Name, wsRev, rev)})
 		return nil, &ctrl.Result{}, nil
 	}
-	ready := apimeta.IsStatusConditionTrue(ws.Status.Conditions, autov1alpha1.WorkspaceReady) &&
+	ready := conditions.IsTrue(&ws, ws.Status.Conditions, autov1alpha1.WorkspaceReady) &&
 		ws.Status.ObservedGeneration == ws.Generation && ws.Status.Address != ""
 	if !ready && !progressing {
 		r.notStarted(u, fmt.Sprintf("waiting for workspace %s to be ready", ws.Name))

@@ -32,7 +32,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/analysis/service"
 	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	"github.com/stackflow-io/stackflow/kargo-steps/manifest"
 	"github.com/stackflow-io/stackflow/kargo-steps/waiter"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -70,6 +70,8 @@ type Options struct {
 	Stay bool
 	// Examples is the examples/argocd directory (default: the repository's).
 	Examples string
+	// ArgoCDVersion is the Argo CD build to run (default: argocd.V3).
+	ArgoCDVersion argocd.Version
 }
 
 // Summary is how the demo ended.
@@ -86,6 +88,8 @@ type Summary struct {
 	// ArgoCD says whether the real Argo CD synced (false: the fallback
 	// server-side-apply loop did).
 	ArgoCD bool
+	// ArgoCDVersion is the version of the Argo CD that synced, e.g. v3.2.11.
+	ArgoCDVersion string
 	// Kubeconfig is a kubeconfig of the control plane.
 	Kubeconfig string
 	// Elapsed is the whole run.
@@ -98,18 +102,20 @@ const verifierNamespace = "kargo-demo"
 
 // demo is one run's state.
 type demo struct {
-	o        Options
-	scr      *screen
-	start    time.Time
-	local    *devenv.Local
-	c        client.Client
-	argo     *argocd.Instance
-	git      *gitServer
-	program  *repo
-	mf       *repo
-	stages   []stage
-	analysis string
-	token    string
+	o     Options
+	scr   *screen
+	start time.Time
+	local *devenv.Local
+	c     client.Client
+	argo  *argocd.Instance
+	// argoVersion is the running Argo CD's version.
+	argoVersion string
+	git         *gitServer
+	program     *repo
+	mf          *repo
+	stages      []stage
+	analysis    string
+	token       string
 }
 
 // Run runs the demo.
@@ -119,6 +125,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	if o.Examples == "" {
 		o.Examples = filepath.Join(substrate.RepoRoot(), "examples", "argocd")
+	}
+	if o.ArgoCDVersion == "" {
+		o.ArgoCDVersion = argocd.V3
 	}
 	d := &demo{o: o, start: time.Now()}
 	d.scr = newScreen(o.Out, o.Live, d.start)
@@ -140,7 +149,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	if d.argo != nil {
 		defer d.argo.Stop()
-		sum.ArgoCD = true
+		sum.ArgoCD, sum.ArgoCDVersion = true, d.argoVersion
 	}
 	// Stopped (deferred) before the control plane is.
 	actx, stopAnalysis := context.WithCancel(ctx)
@@ -245,12 +254,13 @@ func scheme() *runtime.Scheme {
 // startArgoCD starts the real Argo CD, or says why it cannot and leaves
 // d.argo nil for the fallback sync loop.
 func (d *demo) startArgoCD(ctx context.Context) error {
-	build, err := argocd.Locate()
+	build, err := argocd.Locate(d.o.ArgoCDVersion)
 	if err != nil {
 		d.scr.Say("Argo CD is not available (%v): a server-side-apply loop syncs the manifests instead, in sync-wave order, without Argo CD's health or UI", err)
 		return nil
 	}
-	d.scr.Say("starting Argo CD v2.14.21 (application controller, repo server, API server) with Stackflow's health checks in argocd-cm")
+	d.argoVersion = build.Version
+	d.scr.Say("starting Argo CD %s (application controller, repo server, API server) with Stackflow's health checks in argocd-cm", build.Version)
 	if err := build.InstallCRDs(d.local.CP.Env); err != nil {
 		return fmt.Errorf("install Argo CD CRDs: %w", err)
 	}
@@ -539,6 +549,14 @@ func (d *demo) sync(ctx context.Context, st stage, revision string) error {
 			}
 			patch := client.MergeFrom(app.DeepCopy())
 			app.Operation = op
+			// Kargo's argocd-update asks for a hard refresh with the sync: the
+			// repository server resolves the tracked branch afresh, so the next
+			// comparison (and an automated sync after it) sees the pushed
+			// commit instead of the branch head it had cached.
+			if app.Annotations == nil {
+				app.Annotations = map[string]string{}
+			}
+			app.Annotations[argoappv1.AnnotationKeyRefresh] = string(argoappv1.RefreshTypeHard)
 			if err := d.c.Patch(ctx, app, patch); err != nil {
 				return fmt.Errorf("request the sync of %s: %w", st.App, err)
 			}
@@ -616,11 +634,11 @@ func stackColumns(s *pulumiv1.Stack) (commit, state, lastUpdate string, since ti
 		lastUpdate = strings.TrimSpace(fmt.Sprintf("%s %s %s", lu.Type, lu.State, lu.Name))
 	}
 	for _, t := range []string{"Stalled", "Reconciling"} {
-		if c := apimeta.FindStatusCondition(s.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+		if c := conditions.Current(s, s.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
 			return commit, t + " (" + c.Reason + ")", lastUpdate, c.LastTransitionTime.Time
 		}
 	}
-	if c := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.ReadyCondition); c != nil {
+	if c := conditions.Current(s, s.Status.Conditions, pulumiv1.ReadyCondition); c != nil {
 		if c.Status == metav1.ConditionTrue {
 			return commit, "Ready", lastUpdate, c.LastTransitionTime.Time
 		}
@@ -641,7 +659,7 @@ func (d *demo) summary(sum *Summary) {
 	fmt.Fprintf(w, "; each stage verified by the analysis service before the next was promoted.\n")
 	fmt.Fprintf(w, "  release 3 (%s) stopped at dev: %s.\n", short(sum.Broken), sum.Stopped.Reason)
 	if sum.ArgoCD {
-		fmt.Fprintln(w, "  Argo CD synced every stage, waiting on each Stack's health (Stackflow's health checks) between sync waves.")
+		fmt.Fprintf(w, "  Argo CD %s synced every stage, waiting on each Stack's health (Stackflow's health checks) between sync waves.\n", sum.ArgoCDVersion)
 	} else {
 		fmt.Fprintln(w, "  Argo CD was not available: a server-side-apply loop synced the manifests.")
 	}

@@ -19,9 +19,9 @@ import (
 
 // TestDemo runs what `make demo DEMO_ARGS="--yes --exit"` runs, through its
 // Go entry point, and checks where it ends: release 2 applied and verified at
-// every stage by the real operator, synced by the real Argo CD; release 3
-// stopped at dev by the analysis service's verdict, with test and prod left
-// at release 2.
+// every stage by the real operator, synced by the real Argo CD (v3, the
+// default); release 3 stopped at dev by the analysis service's verdict, with
+// test and prod left at release 2.
 func TestDemo(t *testing.T) {
 	substrate.MustLocate(t)
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel), zap.WriteTo(os.Stderr)))
@@ -36,6 +36,8 @@ func TestDemo(t *testing.T) {
 	t.Logf("demo ran in %s", sum.Elapsed.Round(time.Second))
 	if !sum.ArgoCD {
 		t.Errorf("the demo fell back to its sync loop: Argo CD did not run\n%s", out.String())
+	} else if !strings.HasPrefix(sum.ArgoCDVersion, "v3.") {
+		t.Errorf("the demo ran Argo CD %s, want v3 by default", sum.ArgoCDVersion)
 	}
 	if sum.Stopped.Phase != verification.PhaseFailed {
 		t.Errorf("release 3 at dev: phase %q, want Failed", sum.Stopped.Phase)

@@ -20,12 +20,12 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
@@ -280,7 +280,7 @@ func watchStack(ctx context.Context, c client.Client, s *pulumiv1.Stack, say fun
 	for ctx.Err() == nil {
 		var cur pulumiv1.Stack
 		if err := c.Get(ctx, client.ObjectKeyFromObject(s), &cur); err == nil {
-			if r := apimeta.FindStatusCondition(cur.Status.Conditions, pulumiv1.ReadyCondition); r != nil {
+			if r := conditions.Current(&cur, cur.Status.Conditions, pulumiv1.ReadyCondition); r != nil {
 				line := fmt.Sprintf("Stack %s: Ready=%s %s: %s", cur.Name, r.Status, r.Reason, r.Message)
 				if line != last {
 					say("%s", line)
@@ -299,7 +299,7 @@ func waitReady(ctx context.Context, c client.Client, s *pulumiv1.Stack, timeout 
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		var cur pulumiv1.Stack
-		if err := c.Get(ctx, client.ObjectKeyFromObject(s), &cur); err == nil && apimeta.IsStatusConditionTrue(cur.Status.Conditions, pulumiv1.ReadyCondition) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(s), &cur); err == nil && conditions.IsTrue(&cur, cur.Status.Conditions, pulumiv1.ReadyCondition) {
 			content, err := os.ReadFile(record)
 			if err != nil {
 				return fmt.Errorf("stack ready but its record is missing: %w", err)

@@ -1,18 +1,22 @@
 // Package argocd runs the real Argo CD against a local control plane, for the
 // Argo CD end-to-end tests and `make demo`: the application controller, the
-// repo server and the API server of Argo CD's multi-call binary (built by
-// `make substrate` from hack/tools/argocd into $STACKFLOW_ARGOCD), each a
-// process, sharing an in-process Redis (miniredis) on loopback.
+// repo server and the API server, each a process of the components binary
+// that `make substrate` builds (hack/tools/argocd for v2.14, hack/tools/argocd3
+// for v3), sharing an in-process Redis (miniredis) on loopback.
 //
-// argocd-cm gets Stackflow's health checks and actions exactly as
-// argocd-health/install/kustomize ships them: the kustomize Component is
-// built with kustomize's API over a minimal argocd-cm, and the result applied.
+// argocd-cm is the one the version's install manifests ship (v3's carries its
+// defaults, e.g. ignoring /status updates), with Stackflow's health checks and
+// actions applied exactly as argocd-health/install/kustomize ships them: the
+// kustomize Component is built with kustomize's API, and the result applied.
+// Nothing else is configured: each version runs with its own defaults (v3:
+// annotation tracking, resource health not persisted in the Application).
 package argocd
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -39,33 +43,103 @@ import (
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
-// EnvDir names the environment variable holding the Argo CD build: the
-// `argocd` binary and its CRDs in crds/ (`./hack/substrate.sh env`).
-const EnvDir = "STACKFLOW_ARGOCD"
-
 // Namespace is where Argo CD runs and its Applications live.
 const Namespace = "argocd"
 
+// Version selects one of the substrate's Argo CD builds.
+type Version string
+
+const (
+	// V3 is the newest Argo CD v3 that builds as a Go dependency
+	// (hack/tools/argocd3; see hack/gen-tools-argocd.sh).
+	V3 Version = "3"
+	// V2 is Argo CD v2.14 (hack/tools/argocd).
+	V2 Version = "2.14"
+)
+
+// Versions are the builds the e2e runs against, newest first.
+var Versions = []Version{V3, V2}
+
+// ParseVersion reads a version as a user names it: 3 or 2.14, with or
+// without a leading v.
+func ParseVersion(s string) (Version, error) {
+	for _, v := range Versions {
+		if strings.TrimPrefix(s, "v") == string(v) {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("unknown Argo CD version %q: use 3 or 2.14", s)
+}
+
+// EnvDir names the environment variable that overrides where the build of
+// the version is (by default, where `./hack/substrate.sh env` says).
+func (v Version) EnvDir() string {
+	if v == V3 {
+		return "STACKFLOW_ARGOCD3"
+	}
+	return "STACKFLOW_ARGOCD"
+}
+
+// tool is the substrate.sh tool that builds the version.
+func (v Version) tool() string {
+	if v == V3 {
+		return "argocd3"
+	}
+	return "argocd"
+}
+
 // Build is a located Argo CD build.
 type Build struct {
-	// Binary is the multi-call `argocd` binary.
+	// Version is the build's version, e.g. v3.2.11.
+	Version string
+	// Binary is the components binary `argocd` (ARGOCD_BINARY_NAME picks the
+	// component).
 	Binary string
 	// CRDs is the directory of Argo CD's CRDs of the same version.
 	CRDs string
+	// ConfigMap is the argocd-cm the version's install manifests ship.
+	ConfigMap string
 }
 
-// Locate finds the Argo CD build from $STACKFLOW_ARGOCD, with an error saying
-// how to get it.
-func Locate() (Build, error) {
-	dir := os.Getenv(EnvDir)
-	if dir == "" {
-		return Build{}, fmt.Errorf("%s is not set: run through `make test`, or eval \"$(./hack/substrate.sh env)\" after `make substrate`", EnvDir)
+// Major is the build's major version (2 or 3).
+func (b Build) Major() int {
+	if strings.HasPrefix(b.Version, "v2.") {
+		return 2
 	}
-	b := Build{Binary: filepath.Join(dir, "argocd"), CRDs: filepath.Join(dir, "crds")}
-	for _, p := range []string{b.Binary, b.CRDs} {
-		if _, err := os.Stat(p); err != nil {
-			return Build{}, fmt.Errorf("argocd not built (%v): run `make substrate`", err)
+	return 3
+}
+
+// Locate finds the build of Argo CD version v where `./hack/substrate.sh
+// env` says it is (through substrate.Locate, so that nothing needs to be
+// exported), or in the directory named by v.EnvDir() when that is set, with
+// an error saying how to build it.
+func Locate(v Version) (Build, error) {
+	dir := os.Getenv(v.EnvDir())
+	if dir == "" {
+		p, err := substrate.Locate()
+		if err != nil {
+			return Build{}, err
 		}
+		dir = p.ArgoCD
+		if v == V3 {
+			dir = p.ArgoCD3
+		}
+	}
+	if dir == "" {
+		return Build{}, fmt.Errorf("hack/substrate.sh env names no directory for Argo CD %s (%s)", v, v.EnvDir())
+	}
+	b := Build{Binary: filepath.Join(dir, "argocd"), CRDs: filepath.Join(dir, "crds"), ConfigMap: filepath.Join(dir, "argocd-cm.yaml")}
+	version, err := os.ReadFile(filepath.Join(dir, "VERSION"))
+	if err == nil {
+		b.Version = strings.TrimSpace(string(version))
+	}
+	for _, p := range []string{filepath.Join(dir, ".complete"), b.Binary, b.CRDs, b.ConfigMap} {
+		if _, err := os.Stat(p); err != nil {
+			return Build{}, fmt.Errorf("Argo CD %s not built in %s (%v): run `./hack/substrate.sh %s` (or `make substrate`)", v, dir, err, v.tool())
+		}
+	}
+	if err != nil {
+		return Build{}, fmt.Errorf("Argo CD %s in %s: %w", v, dir, err)
 	}
 	return b, nil
 }
@@ -130,7 +204,7 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := installSettings(ctx, o.Client, o.RepoRoot); err != nil {
+	if err := installSettings(ctx, o.Client, o.Build, o.RepoRoot); err != nil {
 		return nil, err
 	}
 	in := &Instance{}
@@ -171,7 +245,9 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 		"ARGOCD_PLUGINSOCKFILEPATH=" + filepath.Join(o.Dir, "plugins"),
 		"TMPDIR=" + filepath.Join(o.Dir, "tmp"),
 		"HOME=" + o.Dir,
-		"PATH=" + os.Getenv("PATH"),
+		// The repo server runs git with GIT_ASKPASS=argocd (the components
+		// binary as argocd-git-ask-pass) when a repository has credentials.
+		"PATH=" + filepath.Dir(o.Build.Binary) + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"GIT_CONFIG_NOSYSTEM=1",
 	}
 	common := []string{"--loglevel", "info", "--redis", in.RedisAddr}
@@ -309,20 +385,10 @@ func waitListening(ctx context.Context, p *process, port int) error {
 	}
 }
 
-// baseConfigMap is the argocd-cm the Component patches: an empty one, as
-// Argo CD's install manifests ship it, labelled as Argo CD expects.
-const baseConfigMap = `apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: argocd-cm
-  labels:
-    app.kubernetes.io/name: argocd-cm
-    app.kubernetes.io/part-of: argocd
-`
-
 // ConfigMap renders argocd-cm with argocd-health/install/kustomize applied
-// to an empty argocd-cm, as a user's kustomization installing Argo CD would.
-func ConfigMap(repoRoot string) (*corev1.ConfigMap, error) {
+// to base (the argocd-cm of an Argo CD install), as a user's kustomization
+// installing Argo CD would.
+func ConfigMap(repoRoot, base string) (*corev1.ConfigMap, error) {
 	dir, err := os.MkdirTemp("", "stackflow-argocd-cm-")
 	if err != nil {
 		return nil, err
@@ -334,9 +400,13 @@ func ConfigMap(repoRoot string) (*corev1.ConfigMap, error) {
 	if err := os.CopyFS(filepath.Join(dir, "stackflow-health"), os.DirFS(component)); err != nil {
 		return nil, fmt.Errorf("copy %s: %w", component, err)
 	}
+	baseCM, err := os.ReadFile(base)
+	if err != nil {
+		return nil, err
+	}
 	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- argocd-cm.yaml\ncomponents:\n- stackflow-health\n", Namespace)
-	for name, content := range map[string]string{"kustomization.yaml": kustomization, "argocd-cm.yaml": baseConfigMap} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+	for name, content := range map[string][]byte{"kustomization.yaml": []byte(kustomization), "argocd-cm.yaml": baseCM} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -360,17 +430,21 @@ func ConfigMap(repoRoot string) (*corev1.ConfigMap, error) {
 
 // installSettings creates the argocd namespace, argocd-cm and argocd-secret
 // (server.secretkey, which every component's settings manager reads).
-func installSettings(ctx context.Context, c client.Client, repoRoot string) error {
+func installSettings(ctx context.Context, c client.Client, b Build, repoRoot string) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	cm, err := ConfigMap(repoRoot)
+	cm, err := ConfigMap(repoRoot, b.ConfigMap)
 	if err != nil {
 		return err
 	}
 	cm.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}
-	cm.Data["application.resourceTrackingMethod"] = "annotation"
+	if b.Major() == 2 {
+		// 2.14 tracks resources by label by default; the e2e has always run
+		// it with v3's default, annotation tracking.
+		cm.Data["application.resourceTrackingMethod"] = "annotation"
+	}
 	if err := c.Patch(ctx, cm, client.Apply, client.FieldOwner("stackflow-test"), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply argocd-cm: %w", err)
 	}
@@ -411,6 +485,62 @@ func (in *Instance) RunAction(ctx context.Context, app string, gvk schema.GroupV
 		return fmt.Errorf("run action %s on %s %s/%s of Application %s: HTTP %d: %s", action, gvk.Kind, namespace, name, app, resp.StatusCode, body)
 	}
 	return nil
+}
+
+// Health is a resource's health as Argo CD assessed it.
+type Health struct {
+	Status  string `json:"status"`
+	Message string `json:"message"`
+}
+
+// ResourceHealth reads the health of a resource of an Application from the
+// API server's resource tree, as the UI, the CLI and other tools read it:
+// Argo CD v3 no longer persists resource health in the Application's status
+// (controller.resource.health.persist is false by default). It returns nil
+// when the tree has no health for the resource (yet).
+func (in *Instance) ResourceHealth(ctx context.Context, app string, gk schema.GroupKind, namespace, name string) (*Health, error) {
+	url := fmt.Sprintf("%s/api/v1/applications/%s/resource-tree?appNamespace=%s", in.APIURL, app, Namespace)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("resource tree of Application %s: HTTP %d: %s", app, resp.StatusCode, tailBytes(body, 1000))
+	}
+	var tree struct {
+		Nodes []struct {
+			Group     string  `json:"group"`
+			Kind      string  `json:"kind"`
+			Namespace string  `json:"namespace"`
+			Name      string  `json:"name"`
+			Health    *Health `json:"health"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal(body, &tree); err != nil {
+		return nil, fmt.Errorf("resource tree of Application %s: %w", app, err)
+	}
+	for _, n := range tree.Nodes {
+		if n.Group == gk.Group && n.Kind == gk.Kind && n.Namespace == namespace && n.Name == name {
+			return n.Health, nil
+		}
+	}
+	return nil, nil
+}
+
+func tailBytes(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
 }
 
 func freePorts(n int) ([]int, error) {

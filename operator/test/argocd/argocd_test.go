@@ -99,20 +99,23 @@ func application(name, ns, repoURL string) *argoappv1.Application {
 	}
 }
 
-// stackHealth is the health Argo CD recorded for the Application's Stack.
-func stackHealth(app *argoappv1.Application, name string) *argoappv1.HealthStatus {
+// persistedStackHealth is the health of the Application's Stack in the
+// Application's status, where Argo CD 2.14 persists it and v3 does not.
+func persistedStackHealth(app *argoappv1.Application, name string) (*argoappv1.HealthStatus, bool) {
 	for _, r := range app.Status.Resources {
 		if r.Group == pulumiv1.GroupVersion.Group && r.Kind == "Stack" && r.Name == name {
-			return r.Health
+			return r.Health, true
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // TestApplicationFollowsStack syncs an Application holding a Stack with the
-// real Argo CD application controller, repo server and API server, the
-// operator and a real Pulumi engine, and shows, as computed by Argo CD with
-// Stackflow's health checks installed in argocd-cm:
+// real Argo CD application controller, repo server and API server (v3 and
+// v2.14, each with its own defaults), the operator and a real Pulumi engine,
+// and shows, as computed by Argo CD with Stackflow's health checks installed
+// in argocd-cm and read through Argo CD's API (the resource tree, where v3
+// keeps resource health):
 //   - the Application is Progressing while the Stack's update runs, and the
 //     sync waits for the Stack before applying the next wave;
 //   - it is Healthy once the Stack is at the commit;
@@ -122,14 +125,22 @@ func stackHealth(app *argoappv1.Application, name string) *argoappv1.HealthStatu
 //   - deleting the Application (resources finalizer) deletes the Stack, whose
 //     destroyOnFinalize destroys the stack's resources.
 func TestApplicationFollowsStack(t *testing.T) {
-	ctx := context.Background()
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme()})
-	if err != nil {
-		t.Fatal(err)
+	for _, v := range Versions {
+		t.Run("argocd-"+string(v), func(t *testing.T) {
+			start := time.Now()
+			applicationFollowsStack(t, startArgo(t, v))
+			t.Logf("Argo CD %s: %s", v, time.Since(start).Round(time.Second))
+		})
 	}
+}
+
+func applicationFollowsStack(t *testing.T, e *argoEnv) {
+	cp, argo := e.cp, e.argo
+	ctx := context.Background()
+	c := e.c
 	ns := cp.Namespace(t)
 	pe := substrate.NewPulumi(t)
-	startOperator(t, ns, pe)
+	startOperator(t, cp, ns, pe)
 
 	served := t.TempDir()
 	srv := gitrepo.NewHTTPServer(t, served)
@@ -171,21 +182,32 @@ func TestApplicationFollowsStack(t *testing.T) {
 		}
 		return err == nil
 	}
-	// On failure, what Argo CD and the operator last said.
+	// stackHealth is the Stack's health from Argo CD's API server.
+	stackHealth := func() *Health {
+		t.Helper()
+		h, err := argo.ResourceHealth(ctx, app.Name, pulumiv1.GroupVersion.WithKind("Stack").GroupKind(), ns, "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	// On failure, what Argo CD and the operator last said (startArgo logs
+	// the components' output).
 	t.Cleanup(func() {
 		if t.Failed() {
 			a, s := get()
-			t.Logf("Application status: %+v\nStack: %+v\n%s", a.Status, s, argo.Logs(3000))
+			t.Logf("Application status: %+v\nStack: %+v", a.Status, s)
 		}
 	})
 	fail := func(what string) { t.Helper(); t.Fatal(what) }
-	poll := func(timeout time.Duration, what string, cond func(*argoappv1.Application, *pulumiv1.Stack) bool) {
+	poll := func(timeout time.Duration, what string, cond func(*argoappv1.Application, *pulumiv1.Stack, *Health) bool) {
 		t.Helper()
 		substrate.Eventually(t, timeout, what, func() (bool, error) {
 			if err := argo.Exited(); err != nil {
 				t.Fatal(err)
 			}
-			return cond(get()), nil
+			a, s := get()
+			return cond(a, s, stackHealth()), nil
 		})
 	}
 
@@ -196,9 +218,8 @@ func TestApplicationFollowsStack(t *testing.T) {
 	//    of its resources, and wave 1's ConfigMap does not exist yet. Its
 	//    Progressing is seen in step 2, when every resource exists.)
 	var sawWaiting bool
-	poll(4*time.Minute, "Application Healthy and Synced after the first update", func(a *argoappv1.Application, s *pulumiv1.Stack) bool {
+	poll(4*time.Minute, "Application Healthy and Synced after the first update", func(a *argoappv1.Application, s *pulumiv1.Stack, h *Health) bool {
 		op := a.Status.OperationState
-		h := stackHealth(a, "web")
 		if s != nil && !isReady(s) && h != nil && h.Status == "Progressing" && op != nil && op.Phase == "Running" &&
 			strings.Contains(op.Message, "waiting for healthy state of pulumi.com/Stack/web") {
 			if releasedExists() {
@@ -216,9 +237,11 @@ func TestApplicationFollowsStack(t *testing.T) {
 	if !isReady(s) || s.Status.LastUpdate == nil || s.Status.LastUpdate.LastSuccessfulCommit != sha1 {
 		fail("Application Healthy but the Stack is not Ready at " + sha1)
 	}
-	if h := stackHealth(a, "web"); h == nil || h.Status != "Healthy" || !strings.Contains(h.Message, sha1[:7]) {
-		fail(fmt.Sprintf("the Stack's health in the Application does not name commit %s: %+v", sha1[:7], h))
+	h := stackHealth()
+	if h == nil || h.Status != "Healthy" || !strings.Contains(h.Message, sha1[:7]) {
+		fail(fmt.Sprintf("the Stack's health from Argo CD's API does not name commit %s: %+v", sha1[:7], h))
 	}
+	checkVersionDefaults(t, e, a, s, h)
 	released := &corev1.ConfigMap{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "released"}, released); err != nil {
 		t.Fatalf("wave 1 not applied after the Stack became Healthy: %v", err)
@@ -234,15 +257,13 @@ func TestApplicationFollowsStack(t *testing.T) {
 	// 2. A failing program: the Application is Degraded with the failure;
 	//    a fix makes it Healthy again.
 	prog.Commit(t, "v2 fails", map[string]string{"Pulumi.yaml": program("v2", "update")})
-	poll(3*time.Minute, "Application Degraded by the failing update", func(a *argoappv1.Application, _ *pulumiv1.Stack) bool {
-		h := stackHealth(a, "web")
+	poll(3*time.Minute, "Application Degraded by the failing update", func(a *argoappv1.Application, _ *pulumiv1.Stack, h *Health) bool {
 		return a.Status.Health.Status == "Degraded" && h != nil && h.Status == "Degraded" && strings.Contains(h.Message, "failOn=update")
 	})
 	took("failing commit pushed → Application Degraded")
 	sha3 := prog.Commit(t, "v3 fixed", map[string]string{"Pulumi.yaml": program("v3", "")})
 	var sawProgressing bool
-	poll(3*time.Minute, "Application Healthy at the fix", func(a *argoappv1.Application, s *pulumiv1.Stack) bool {
-		h := stackHealth(a, "web")
+	poll(3*time.Minute, "Application Healthy at the fix", func(a *argoappv1.Application, s *pulumiv1.Stack, h *Health) bool {
 		if a.Status.Health.Status == "Progressing" && h != nil && h.Status == "Progressing" && s.Status.CurrentUpdate != nil {
 			sawProgressing = true
 		}
@@ -262,7 +283,7 @@ func TestApplicationFollowsStack(t *testing.T) {
 	if err := argo.RunAction(ctx, app.Name, pulumiv1.GroupVersion.WithKind("Stack"), ns, "web", "reconcile-now"); err != nil {
 		t.Fatal(err)
 	}
-	poll(3*time.Minute, "the reconcile-now action acted on by a new update", func(_ *argoappv1.Application, s *pulumiv1.Stack) bool {
+	poll(3*time.Minute, "the reconcile-now action acted on by a new update", func(_ *argoappv1.Application, s *pulumiv1.Stack, _ *Health) bool {
 		req := s.Annotations["pulumi.com/reconciliation-request"]
 		return req != "" && s.Status.ObservedReconcileRequest == req && isReady(s) &&
 			s.Status.LastUpdate.Name != before && s.Status.LastUpdate.State == "succeeded" && s.Status.LastUpdate.LastSuccessfulCommit == sha3
@@ -293,6 +314,33 @@ func TestApplicationFollowsStack(t *testing.T) {
 		return true, nil
 	})
 	took("Application deleted → Stack destroyed and gone")
+}
+
+// checkVersionDefaults checks that Argo CD ran with its version's defaults,
+// on a Healthy Application with a Healthy Stack (health h from the API):
+// v3 tracks resources by annotation and does not persist resource health in
+// the Application (it keeps it in the resource tree: resourceHealthSource
+// appTree); 2.14 persists it there, equal to the API's.
+func checkVersionDefaults(t *testing.T, e *argoEnv, a *argoappv1.Application, s *pulumiv1.Stack, h *Health) {
+	t.Helper()
+	if id := s.Annotations["argocd.argoproj.io/tracking-id"]; !strings.HasPrefix(id, a.Name+":") {
+		t.Errorf("Argo CD %s: the Stack's tracking-id annotation is %q, want annotation tracking of Application %s", e.build.Version, id, a.Name)
+	}
+	persisted, listed := persistedStackHealth(a, "web")
+	if !listed {
+		t.Fatalf("Argo CD %s: the Application's status does not list the Stack: %+v", e.build.Version, a.Status.Resources)
+	}
+	switch e.build.Major() {
+	case 3:
+		if persisted != nil || a.Status.ResourceHealthSource != argoappv1.ResourceHealthLocationAppTree {
+			t.Errorf("Argo CD %s: resource health persisted in the Application (%+v, resourceHealthSource %q); v3's default keeps it in the resource tree only",
+				e.build.Version, persisted, a.Status.ResourceHealthSource)
+		}
+	default:
+		if persisted == nil || string(persisted.Status) != h.Status || persisted.Message != h.Message {
+			t.Errorf("Argo CD %s: the Stack's health persisted in the Application is %+v, want what the API says: %+v", e.build.Version, persisted, h)
+		}
+	}
 }
 
 func isReady(s *pulumiv1.Stack) bool {

@@ -20,23 +20,12 @@ import (
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
-var (
-	cp *substrate.ControlPlane
-	// argo is Argo CD, shared by the tests (each test has its namespace and
-	// Applications).
-	argo *Instance
-	// agentBin is the workspace agent built for this run.
-	agentBin string
-)
+// agentBin is the workspace agent built for this run.
+var agentBin string
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	build, err := Locate()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	dir, err := os.MkdirTemp("", "stackflow-argocd-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -49,33 +38,49 @@ func run(m *testing.M) int {
 		return 1
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	if cp, err = substrate.StartControlPlane(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	return m.Run()
+}
+
+// argoEnv is one version of Argo CD running against a control plane of its
+// own (each version installs its own CRDs).
+type argoEnv struct {
+	build Build
+	cp    *substrate.ControlPlane
+	c     client.Client
+	argo  *Instance
+}
+
+// startArgo starts a control plane and Argo CD version v on it for one test,
+// both stopped at its cleanup; a failing test gets the components' logs.
+func startArgo(t *testing.T, v Version) *argoEnv {
+	t.Helper()
+	build, err := Locate(v)
+	if err != nil {
+		t.Fatal(err)
 	}
-	defer cp.Stop()
+	cp := substrate.StartControlPlaneT(t)
 	if err := build.InstallCRDs(cp.Env); err != nil {
-		fmt.Fprintf(os.Stderr, "install Argo CD CRDs: %v\n", err)
-		return 1
+		t.Fatalf("install Argo CD %s CRDs: %v", build.Version, err)
 	}
 	c, err := client.New(cp.Config, client.Options{Scheme: scheme()})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	argo, err = Start(ctx, Options{Build: build, Env: cp.Env, Client: c, Dir: filepath.Join(dir, "argocd"), RepoRoot: substrate.RepoRoot()})
-	cancel()
+	defer cancel()
+	start := time.Now()
+	argo, err := Start(ctx, Options{Build: build, Env: cp.Env, Client: c, Dir: filepath.Join(t.TempDir(), "argocd"), RepoRoot: substrate.RepoRoot()})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "start Argo CD: %v\n", err)
-		return 1
+		t.Fatalf("start Argo CD %s: %v", build.Version, err)
 	}
-	defer argo.Stop()
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintln(os.Stderr, argo.Logs(6000))
-	}
-	return code
+	t.Logf("Argo CD %s started in %s", build.Version, time.Since(start).Round(100*time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(argo.Logs(6000))
+		}
+		argo.Stop()
+	})
+	return &argoEnv{build: build, cp: cp, c: c, argo: argo}
 }
 
 // scheme adds Argo CD's types to the test client's.
@@ -89,7 +94,7 @@ func scheme() *runtime.Scheme {
 
 // startOperator runs the operator in this process, with the local workspace
 // runtime, for the test's namespace.
-func startOperator(t *testing.T, ns string, pe *substrate.Pulumi) {
+func startOperator(t *testing.T, cp *substrate.ControlPlane, ns string, pe *substrate.Pulumi) {
 	t.Helper()
 	root := t.TempDir()
 	t.Cleanup(func() { local.StopAll(root) })

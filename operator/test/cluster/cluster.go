@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
 // NodeName is the name of the cluster's only node.
@@ -92,14 +95,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the cluster needs root (containerd, the kubelet and the bridge network)")
 	}
-	if opts.KubeDir == "" {
-		opts.KubeDir = os.Getenv("KUBEBUILDER_ASSETS")
-	}
-	if opts.ClusterDir == "" {
-		opts.ClusterDir = os.Getenv("STACKFLOW_CLUSTER")
-	}
-	if opts.NetpolDir == "" {
-		opts.NetpolDir = os.Getenv("STACKFLOW_NETPOL")
+	if opts.KubeDir == "" || opts.ClusterDir == "" || opts.NetpolDir == "" {
+		paths, err := substrate.Locate()
+		if err != nil {
+			return nil, err
+		}
+		opts.KubeDir = cmp.Or(opts.KubeDir, paths.KubeAssets)
+		opts.ClusterDir = cmp.Or(opts.ClusterDir, paths.Cluster)
+		opts.NetpolDir = cmp.Or(opts.NetpolDir, paths.Netpol)
 	}
 	if opts.PodSubnet == "" {
 		opts.PodSubnet = "10.244.0.0/24"
@@ -211,7 +214,7 @@ func checkBinaries(opts Options) error {
 		missing = append(missing, filepath.Join(cniBinDir, "bridge"))
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing %s: run hack/substrate.sh cluster, then eval \"$(hack/substrate.sh env)\"", strings.Join(missing, ", "))
+		return fmt.Errorf("missing %s: run hack/substrate.sh cluster", strings.Join(missing, ", "))
 	}
 	return nil
 }

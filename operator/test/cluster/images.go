@@ -10,6 +10,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/stackflow-io/stackflow/images"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
 // Images are the test cluster's images, built as OCI archives for import.
@@ -32,7 +33,11 @@ func BuildImages(ctx context.Context, moduleRoot, dir string, logf func(string, 
 	if runtime.GOARCH != "amd64" {
 		return Images{}, fmt.Errorf("the test workspace image holds the substrate's amd64 binaries; this is %s", runtime.GOARCH)
 	}
-	specs, err := images.Cluster(images.TestWorkspacePathsFromEnv())
+	paths, err := substrate.Locate()
+	if err != nil {
+		return Images{}, err
+	}
+	specs, err := images.Cluster(images.TestWorkspacePaths{PulumiRoot: paths.PulumiRoot, LanguageYAMLDir: paths.LanguageYAML})
 	if err != nil {
 		return Images{}, err
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -64,25 +63,10 @@ func controlPlane(t testing.TB) *substrate.ControlPlane {
 // needs update on the owner's finalizers subresource, so the role's
 // */finalizers verbs are tested, not only stated.
 func startControlPlane() (*substrate.ControlPlane, error) {
-	p, err := substrate.Locate()
-	if err != nil {
-		return nil, err
-	}
 	env := &envtest.Environment{
-		BinaryAssetsDirectory: p.KubeAssets,
 		CRDDirectoryPaths:     []string{substrate.CRDDir()},
 		ErrorIfCRDPathMissing: true,
-		Scheme:                substrate.Scheme(),
 	}
 	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("start control plane from %s (build it with `make substrate`): %w", p.KubeAssets, err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		_ = env.Stop()
-		return nil, err
-	}
-	return &substrate.ControlPlane{Env: env, Config: cfg, Client: c}, nil
+	return substrate.StartControlPlaneEnv(env)
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -44,35 +46,75 @@ type ControlPlane struct {
 	Env    *envtest.Environment
 	Config *rest.Config
 	Client client.Client
+
+	guard *guard
 }
 
 // StartControlPlane starts a control plane. Call Stop when done (TestMain) or use
 // StartControlPlaneT.
 func StartControlPlane() (*ControlPlane, error) {
-	p, err := Locate()
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: p.KubeAssets,
+	return StartControlPlaneEnv(&envtest.Environment{
 		CRDDirectoryPaths:     []string{CRDDir()},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                Scheme(),
+	})
+}
+
+var startMu sync.Mutex
+
+// StartControlPlaneEnv starts env (its binaries, when not set, are the
+// substrate's) as a ControlPlane. Its etcd and kube-apiserver are killed when
+// this process dies, however it ends (guard), so that no test package leaves
+// them running.
+func StartControlPlaneEnv(env *envtest.Environment) (*ControlPlane, error) {
+	if env.BinaryAssetsDirectory == "" {
+		p, err := Locate()
+		if err != nil {
+			return nil, err
+		}
+		env.BinaryAssetsDirectory = p.KubeAssets
 	}
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("start control plane from %s (build it with `make substrate`): %w", p.KubeAssets, err)
+	if env.Scheme == nil {
+		env.Scheme = Scheme()
 	}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
+	if env.ControlPlaneStartTimeout == 0 && os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		// envtest's default, 20 s a component, is too short for a kube-apiserver
+		// starting on 2 busy cores (seen: every one of its 5 tries timed out
+		// while other builds ran); a process that fails still fails at once.
+		env.ControlPlaneStartTimeout = 2 * time.Minute
+	}
+	// One start at a time, so that the processes found new are this one's.
+	startMu.Lock()
+	defer startMu.Unlock()
+	var cfg *rest.Config
+	binaries := []string{filepath.Join(env.BinaryAssetsDirectory, "etcd"), filepath.Join(env.BinaryAssetsDirectory, "kube-apiserver")}
+	pids, err := newChildren(binaries, func() (err error) {
+		cfg, err = env.Start()
+		return err
+	})
+	if cfg == nil {
 		_ = env.Stop()
+		return nil, fmt.Errorf("start control plane from %s (build it with `make substrate`): %w", env.BinaryAssetsDirectory, err)
+	}
+	cp := &ControlPlane{Env: env, Config: cfg}
+	if err == nil {
+		cp.guard, err = startGuard(pids)
+	}
+	if err == nil {
+		cp.Client, err = client.New(cfg, client.Options{Scheme: env.Scheme})
+	}
+	if err != nil {
+		_ = cp.Stop()
 		return nil, err
 	}
-	return &ControlPlane{Env: env, Config: cfg, Client: c}, nil
+	return cp, nil
 }
 
 // Stop stops the control plane.
-func (cp *ControlPlane) Stop() error { return cp.Env.Stop() }
+func (cp *ControlPlane) Stop() error {
+	cp.guard.stop()
+	return cp.Env.Stop()
+}
 
 // StartControlPlaneT starts a control plane for one test and stops it at cleanup.
 func StartControlPlaneT(t testing.TB) *ControlPlane {

@@ -27,6 +27,30 @@ type Paths struct {
 	PulumiRoot string
 	// LanguageYAML holds pulumi-language-yaml.
 	LanguageYAML string
+	// Rollouts holds rollouts-controller and its CRDs in crds/ (STACKFLOW_ROLLOUTS).
+	Rollouts string
+	// ArgoCD and ArgoCD3 hold the Argo CD v2 and v3 builds: the binary and
+	// its CRDs in crds/ (STACKFLOW_ARGOCD, STACKFLOW_ARGOCD3).
+	ArgoCD, ArgoCD3 string
+	// Cluster holds the single-node cluster's other Kubernetes components
+	// (STACKFLOW_CLUSTER).
+	Cluster string
+	// Netpol holds kube-network-policies (STACKFLOW_NETPOL).
+	Netpol string
+}
+
+// envVars maps each substrate variable of `hack/substrate.sh env` to its field.
+func (p *Paths) envVars() map[string]*string {
+	return map[string]*string{
+		"KUBEBUILDER_ASSETS":             &p.KubeAssets,
+		"STACKFLOW_PULUMI_ROOT":          &p.PulumiRoot,
+		"STACKFLOW_PULUMI_LANGUAGE_YAML": &p.LanguageYAML,
+		"STACKFLOW_ROLLOUTS":             &p.Rollouts,
+		"STACKFLOW_ARGOCD":               &p.ArgoCD,
+		"STACKFLOW_ARGOCD3":              &p.ArgoCD3,
+		"STACKFLOW_CLUSTER":              &p.Cluster,
+		"STACKFLOW_NETPOL":               &p.Netpol,
+	}
 }
 
 var (
@@ -36,29 +60,49 @@ var (
 )
 
 // Locate reads the binary locations from `hack/substrate.sh env`, the one place
-// that knows the tool versions and the cache layout.
+// that knows the tool versions, the cache layout and which installed binaries
+// are compatible, so that every test, `make run`, `make demo` and the binaries
+// they build find the substrate without any variable exported. A STACKFLOW_*
+// variable set in the environment overrides its entry (KUBEBUILDER_ASSETS is
+// already weighed by the script, which takes it only when compatible).
 func Locate() (Paths, error) {
-	pathsOnce.Do(func() {
-		out, err := exec.Command(filepath.Join(RepoRoot(), "hack", "substrate.sh"), "env").Output()
-		if err != nil {
-			pathsErr = fmt.Errorf("run hack/substrate.sh env: %w", err)
-			return
-		}
-		vars := map[string]string{}
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
-			if ok {
-				vars[k] = v
+	pathsOnce.Do(func() { paths, pathsErr = locate(os.Environ()) })
+	return paths, pathsErr
+}
+
+// locate is Locate in the environment environ.
+func locate(environ []string) (Paths, error) {
+	cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "substrate.sh"), "env")
+	cmd.Env = environ
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return Paths{}, fmt.Errorf("run hack/substrate.sh env: %w\n%s", err, stderr.Bytes())
+	}
+	getenv := func(k string) string {
+		for _, kv := range environ {
+			if v, ok := strings.CutPrefix(kv, k+"="); ok {
+				return v
 			}
 		}
-		paths = Paths{
-			KubeAssets:   vars["KUBEBUILDER_ASSETS"],
-			PulumiRoot:   vars["STACKFLOW_PULUMI_ROOT"],
-			LanguageYAML: vars["STACKFLOW_PULUMI_LANGUAGE_YAML"],
+		return ""
+	}
+	var p Paths
+	fields := p.envVars()
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
+		if f, known := fields[k]; ok && known {
+			*f = v
 		}
-	})
-	return paths, pathsErr
+	}
+	for k, f := range fields {
+		if v := getenv(k); v != "" && strings.HasPrefix(k, "STACKFLOW_") {
+			*f = v
+		}
+	}
+	return p, nil
 }
 
 // require fails the test unless every named file exists, telling how to build it.

@@ -42,16 +42,16 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	rolloutsDir = os.Getenv("STACKFLOW_ROLLOUTS")
-	if rolloutsDir == "" {
-		fmt.Fprintln(os.Stderr, "STACKFLOW_ROLLOUTS is not set: run through `make test`, or eval \"$(./hack/substrate.sh env)\" after `make substrate`")
+	paths, err := substrate.Locate()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	rolloutsDir = paths.Rollouts
 	if _, err := os.Stat(filepath.Join(rolloutsDir, "rollouts-controller")); err != nil {
 		fmt.Fprintf(os.Stderr, "rollouts-controller not built (%v): run `make substrate`\n", err)
 		return 1
 	}
-	var err error
 	if bin, err = os.MkdirTemp("", "stackflow-verification-bin-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

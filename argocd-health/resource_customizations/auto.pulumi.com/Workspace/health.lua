@@ -49,7 +49,18 @@ local observed = number(status.observedGeneration)
 if meta.deletionTimestamp ~= nil then
   return {status = "Progressing", message = "Deleting"}
 end
-if stalled ~= nil and stalled.status == "True" then
+-- A condition counts only for the generation it observed: its own
+-- observedGeneration, else the status's. A Workspace stalled on a spec that
+-- has since been replaced is not Degraded at the new generation (the operator
+-- has not tried it yet).
+local function current(c)
+  if generation == nil then return true end
+  local g = number(c.observedGeneration)
+  if g == nil then g = observed end
+  return g == nil or g >= generation
+end
+
+if stalled ~= nil and stalled.status == "True" and current(stalled) then
   return {status = "Degraded", message = labelled("Stalled", stalled)}
 end
 if generation ~= nil and observed ~= nil and observed < generation then

@@ -1,0 +1,189 @@
+package substrate
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// cleanEnv is a minimal environment, as a fresh shell would have it, with the
+// given variables added: no STACKFLOW_* or KUBEBUILDER_ASSETS from the suite.
+func cleanEnv(t *testing.T, extra ...string) []string {
+	t.Helper()
+	goBin := filepath.Dir(mustLookPath(t, "go"))
+	env := []string{
+		"PATH=" + goBin + ":/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + os.Getenv("HOME"),
+		// The Go caches stay where they are: `go version -m` needs no build.
+		"GOCACHE=" + goEnv(t, "GOCACHE"), "GOMODCACHE=" + goEnv(t, "GOMODCACHE"),
+	}
+	return append(env, extra...)
+}
+
+func mustLookPath(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func goEnv(t *testing.T, key string) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", key).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// substrateSh runs hack/substrate.sh ARGS in env and returns its standard output
+// and error.
+func substrateSh(t *testing.T, env []string, args ...string) (string, string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "substrate.sh"), args...)
+	cmd.Env = env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/substrate.sh %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out), stderr.String()
+}
+
+// link makes dir/name a symbolic link to target.
+func link(t *testing.T, dir, name, target string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// script writes an executable shell script dir/name printing text for any
+// arguments: a stand-in for an installed binary of another version.
+func script(t *testing.T, dir, name, text string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\necho '"+text+"'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSubstrateTakesInstalledBinaries places the real substrate binaries where
+// a user would have them installed — pulumi and pulumi-language-yaml on PATH,
+// kube-apiserver and etcd in KUBEBUILDER_ASSETS or in setup-envtest's store —
+// with an empty cache, and checks that hack/substrate.sh takes them instead of
+// building (saying so), that `env` and Locate point at them, and that
+// binaries of an incompatible version are refused with the reason.
+func TestSubstrateTakesInstalledBinaries(t *testing.T) {
+	real := MustLocate(t)
+	tmp := t.TempDir()
+	cache := filepath.Join(tmp, "cache")
+	bin := filepath.Join(tmp, "opt", "bin")
+	link(t, bin, "pulumi", filepath.Join(real.PulumiRoot, "bin", "pulumi"))
+	link(t, bin, "pulumi-language-yaml", filepath.Join(real.LanguageYAML, "pulumi-language-yaml"))
+	assets := filepath.Join(tmp, "assets")
+	link(t, assets, "kube-apiserver", filepath.Join(real.KubeAssets, "kube-apiserver"))
+	link(t, assets, "etcd", filepath.Join(real.KubeAssets, "etcd"))
+
+	withInstalled := func(extra ...string) []string {
+		env := cleanEnv(t, append([]string{"STACKFLOW_CACHE=" + cache, "XDG_DATA_HOME=" + filepath.Join(tmp, "share")}, extra...)...)
+		for i, kv := range env {
+			if strings.HasPrefix(kv, "PATH=") {
+				env[i] = "PATH=" + bin + ":" + strings.TrimPrefix(kv, "PATH=")
+			}
+		}
+		return env
+	}
+
+	t.Run("compatible binaries are taken, nothing is built", func(t *testing.T) {
+		env := withInstalled("KUBEBUILDER_ASSETS=" + assets)
+		plan, _ := substrateSh(t, env, "plan", "run")
+		for _, want := range []string{
+			"kube           KUBEBUILDER_ASSETS " + assets + " (kube-apiserver v1.35",
+			"pulumi-yaml    installed: pulumi-language-yaml v1.25",
+			"pulumi         installed: pulumi v3.",
+			"nothing to build",
+		} {
+			if !strings.Contains(plan, want) {
+				t.Errorf("plan run lacks %q:\n%s", want, plan)
+			}
+		}
+		_, log := substrateSh(t, env, "run")
+		if !strings.Contains(log, "pulumi: using the installed pulumi v3.") || strings.Contains(log, "building") {
+			t.Errorf("substrate.sh run did not just take the installed binaries:\n%s", log)
+		}
+		if entries, err := os.ReadDir(cache); err == nil {
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), "kube-") || strings.HasPrefix(e.Name(), "pulumi-v") || strings.HasPrefix(e.Name(), "pulumi-language-yaml-") {
+					t.Errorf("%s was built into the cache", e.Name())
+				}
+			}
+		}
+		p, err := locate(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pulumi is in a bin/ directory, so its root is that directory's parent.
+		if want := filepath.Dir(bin); p.PulumiRoot != want || p.LanguageYAML != bin || p.KubeAssets != assets {
+			t.Errorf("Locate = %+v; want PulumiRoot %s, LanguageYAML %s, KubeAssets %s", p, want, bin, assets)
+		}
+	})
+
+	t.Run("setup-envtest's store is found without KUBEBUILDER_ASSETS", func(t *testing.T) {
+		store := filepath.Join(tmp, "share", "kubebuilder-envtest", "k8s", "1.35.4-linux-amd64")
+		link(t, store, "kube-apiserver", filepath.Join(real.KubeAssets, "kube-apiserver"))
+		link(t, store, "etcd", filepath.Join(real.KubeAssets, "etcd"))
+		defer os.RemoveAll(filepath.Join(tmp, "share"))
+		plan, _ := substrateSh(t, withInstalled(), "plan", "kube")
+		if !strings.Contains(plan, "kube           installed: kube-apiserver v1.35") {
+			t.Errorf("plan kube did not take setup-envtest's store:\n%s", plan)
+		}
+		p, err := locate(withInstalled())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.KubeAssets != store {
+			t.Errorf("KubeAssets = %s, want %s", p.KubeAssets, store)
+		}
+	})
+
+	t.Run("incompatible versions are refused, with the reason", func(t *testing.T) {
+		old := filepath.Join(tmp, "old", "bin")
+		script(t, old, "pulumi", "v3.100.0")
+		oldAssets := filepath.Join(tmp, "old-assets")
+		script(t, oldAssets, "kube-apiserver", "Kubernetes v1.30.2")
+		link(t, oldAssets, "etcd", filepath.Join(real.KubeAssets, "etcd"))
+		env := cleanEnv(t, "STACKFLOW_CACHE="+cache, "XDG_DATA_HOME="+filepath.Join(tmp, "share"), "KUBEBUILDER_ASSETS="+oldAssets)
+		for i, kv := range env {
+			if strings.HasPrefix(kv, "PATH=") {
+				env[i] = "PATH=" + old + ":" + strings.TrimPrefix(kv, "PATH=")
+			}
+		}
+		plan, log := substrateSh(t, env, "plan", "kube", "pulumi")
+		for _, want := range []string{"kube           to build", "pulumi         to build"} {
+			if !strings.Contains(plan, want) {
+				t.Errorf("plan lacks %q:\n%s", want, plan)
+			}
+		}
+		for _, want := range []string{
+			"KUBEBUILDER_ASSETS not taken: " + oldAssets + "/kube-apiserver is v1.30.2, not v1.35.x",
+			old + "/pulumi not taken: v3.100.0, compatible is v3.274.0 up to (not including) v4.0.0",
+		} {
+			if !strings.Contains(log, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, log)
+			}
+		}
+	})
+}
