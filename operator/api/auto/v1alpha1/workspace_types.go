@@ -64,7 +64,8 @@ const (
 	// WorkspaceReasonConfigurationFailed: the agent could not select or
 	// create a stack, or set its configuration. Stalled at once when the
 	// configuration is invalid or the stack missing with create off; when
-	// the failure may pass, once it has lasted (status.configurationFailure).
+	// the failure may pass (a lock, the backend), once it has lasted
+	// (status.configurationFailure), and still retried.
 	WorkspaceReasonConfigurationFailed = "ConfigurationFailed"
 )
 
@@ -410,20 +411,29 @@ type WorkspaceStatus struct {
 	// +optional
 	PulumiVersion string `json:"pulumiVersion,omitempty"`
 
-	// configurationFailure is set while applying the stacks' configuration
-	// (selecting or creating a stack, setting its configuration) keeps
-	// failing with an error that may pass, such as a stack lock or an
-	// unreachable backend: since when, and how many attempts. The attempts
-	// back off from 5 seconds to 5 minutes; once they have failed for 2
-	// minutes and at least 5 times the Workspace is Stalled
-	// (ConfigurationFailed) with the last error, and still tried every 5
-	// minutes. Kept in status so that a restarted operator decides the same;
-	// cleared by a success or a new spec generation.
+	// configurationFailure counts the consecutive failed attempts to apply
+	// the stacks' configuration (select or create a stack, set its
+	// configuration) with an error that may pass: a stack locked by another
+	// run, an unreachable backend, an agent restarting. They are retried
+	// after 5 s, 10 s, 20 s… up to every 5 minutes; once they have failed
+	// for 2 minutes and at least 5 times, the Workspace is Stalled (reason
+	// ConfigurationFailed, with the last error) and still retried every 5
+	// minutes, so a cause that passes heals by itself. An invalid
+	// configuration, or a stack missing with create off, is Stalled at once,
+	// until the spec changes. Kept in status so that a restarted operator
+	// decides the same; cleared by a success; failures of an older
+	// generation do not count.
 	// +optional
 	ConfigurationFailure *WorkspaceConfigurationFailure `json:"configurationFailure,omitempty"`
 
-	// conditions describe the workspace's state: Ready, and Stalled while it
-	// cannot progress.
+	// conditions describe the workspace's state: Ready (reason Running once
+	// the agent serves the spec's revision and stack configuration, else why
+	// not), and Stalled while it needs someone to act: its reason says why
+	// (SpecInvalid, PodSecurityForbidden, SourceUnavailable,
+	// InstallationFailed, CheckoutFailed, ConfigurationFailed, or the pod's
+	// ImagePullFailed, ContainerConfigInvalid, CrashLooping, Unschedulable).
+	// A failure that may pass stalls only once it has lasted, and is still
+	// retried (see configurationFailure).
 	// +optional
 	// +patchMergeKey=type
 	// +patchStrategy=merge
@@ -435,22 +445,13 @@ type WorkspaceStatus struct {
 // WorkspaceConfigurationFailure counts consecutive failures to apply the
 // stacks' configuration.
 type WorkspaceConfigurationFailure struct {
-	// stack is the stack whose configuration failed last.
-	// +required
-	// +kubebuilder:validation:MaxLength=1024
-	Stack string `json:"stack"`
-	// generation is the Workspace generation the attempts were made for: a
-	// new spec starts afresh.
+	// generation is the Workspace generation the attempts were made for.
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	Generation int64 `json:"generation"`
 	// since is when the first of the consecutive failures happened.
 	// +required
 	Since metav1.Time `json:"since"`
-	// lastAttempt is when the last of them happened; the next attempt is
-	// due a backoff later.
-	// +required
-	LastAttempt metav1.Time `json:"lastAttempt"`
 	// attempts counts the consecutive failed attempts.
 	// +required
 	// +kubebuilder:validation:Minimum=1
