@@ -72,7 +72,8 @@ func TestLockHolders(t *testing.T) {
 
 // TestRemoveLockFiles: only lock files of a file:// backend are removed; a
 // lock of another backend, or a file:// path outside a .pulumi/locks
-// directory, is refused and the error says which object to delete.
+// directory (also when named through it with ..), is refused and the error
+// says which object to delete.
 func TestRemoveLockFiles(t *testing.T) {
 	dir := t.TempDir()
 	lockDir := filepath.Join(dir, ".pulumi", "locks", "organization", "p", "dev")
@@ -81,7 +82,9 @@ func TestRemoveLockFiles(t *testing.T) {
 	}
 	lock := filepath.Join(lockDir, "a.json")
 	other := filepath.Join(dir, "Pulumi.yaml")
-	for _, f := range []string{lock, other} {
+	// A .json file outside the lock directory, named through it.
+	outside := filepath.Join(dir, "state.json")
+	for _, f := range []string{lock, other, outside} {
 		if err := os.WriteFile(f, []byte("{}"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +95,8 @@ func TestRemoveLockFiles(t *testing.T) {
 	if _, err := os.Stat(lock); !os.IsNotExist(err) {
 		t.Fatalf("the lock is still there (%v)", err)
 	}
-	for _, url := range []string{"s3://bucket/.pulumi/locks/organization/p/dev/b.json", "file://" + other, ""} {
+	for _, url := range []string{"s3://bucket/.pulumi/locks/organization/p/dev/b.json", "file://" + other, "",
+		"file://" + dir + "/.pulumi/locks/../../state.json"} {
 		h := []lockHolder{{URL: url, PID: 42}}
 		err := removeLockFiles(h)
 		if err == nil {
@@ -103,7 +107,9 @@ func TestRemoveLockFiles(t *testing.T) {
 			t.Errorf("message %q does not say which lock to delete", msg)
 		}
 	}
-	if _, err := os.Stat(other); err != nil {
-		t.Fatalf("a file outside the lock directory was removed: %v", err)
+	for _, f := range []string{other, outside} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("a file outside the lock directory was removed: %v", err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -233,10 +234,16 @@ func (e errLeftLock) Unwrap() error { return e.err }
 func removeLockFiles(holders []lockHolder) error {
 	for _, h := range holders {
 		u, err := url.Parse(h.URL)
-		if err != nil || u.Scheme != "file" || !strings.Contains(u.Path, "/.pulumi/locks/") || !strings.HasSuffix(u.Path, ".json") {
+		if err != nil || u.Scheme != "file" {
 			return fmt.Errorf("the agent removes stale locks of file:// backends only")
 		}
-		if err := os.Remove(u.Path); err != nil && !os.IsNotExist(err) {
+		// Cleaned first: a project or stack name of ".." must not lead out
+		// of the lock directory.
+		p := filepath.Clean(u.Path)
+		if !strings.Contains(p, "/.pulumi/locks/") || !strings.HasSuffix(p, ".json") {
+			return fmt.Errorf("the agent removes stale locks of file:// backends only")
+		}
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 	}
