@@ -51,6 +51,17 @@ func TestSummaryLines(t *testing.T) {
 	}
 }
 
+// TestStderrLineIsRedacted: the stderr line that now explains an exit status
+// reaches status only redacted.
+func TestStderrLineIsRedacted(t *testing.T) {
+	r := newRedactor()
+	r.add("hunter2-token")
+	got := r.summarize(cliError("failed to create stack: exit status 1", "", "warning: none\nlogin to https://u:hunter2-token@backend.example failed\n"))
+	if strings.Contains(got, "hunter2") || !strings.Contains(got, "failed to create stack: exit status 1: login to https://u:[secret]@backend.example failed") {
+		t.Fatalf("summary %q", got)
+	}
+}
+
 func TestLockHolders(t *testing.T) {
 	text := "error: could not create stack: the stack is currently locked by 2 lock(s). Either wait for the other process(es) to end or delete the lock file with `pulumi cancel`.\n" +
 		"  file:///b/.pulumi/locks/organization/p/dev/a.json?no_tmp_dir=true: created by root@ws-0 (pid 42) at 2026-01-01T00:00:00Z\n" +
