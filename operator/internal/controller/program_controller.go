@@ -63,7 +63,7 @@ func (r *ProgramReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&pulumiv1.Program{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+		Complete(quietConflicts(r))
 }
 
 // Programs: cached reads, the finalizer (Update), the status patch. A

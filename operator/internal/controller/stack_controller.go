@@ -124,7 +124,7 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// reads them again every SecretPollInterval (secretPoll).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField, objectName))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
-		Build(r)
+		Build(quietConflicts(r))
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func (r *UpdateReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&autov1alpha1.Workspace{}, handler.EnqueueRequestsFromMapFunc(r.updatesOfWorkspace)).
 		WatchesRawSource(source.Channel(r.followers.done, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
-		Complete(r)
+		Complete(quietConflicts(r))
 }
 
 // updatesOfWorkspace wakes the unfinished Updates of a Workspace that changed

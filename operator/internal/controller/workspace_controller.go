@@ -91,7 +91,7 @@ func (r *WorkspaceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// their workspace label.
 		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(workspaceOfPod))
 	}
-	return b.Complete(r)
+	return b.Complete(quietConflicts(r))
 }
 
 // workspaceOfPod is the Workspace a workspace pod runs.
