@@ -65,13 +65,17 @@ func benchAgentMemory(b *testing.B, n, warmup int) {
 	pprofAddr := freeAddr(b)
 	op := startOperatorProcess(b, e, kubeconfig(b), "--pprof-bind-address="+pprofAddr)
 	heapDir := os.Getenv("STACKFLOW_BENCH_HEAP_DIR")
-	// figures is one line of the table: the RSS of both processes and the
-	// operator's goroutines, its heap profile saved when asked.
+	// figures is one line of the table: the RSS of both processes, its
+	// anonymous part (the heap, stacks: what a leak grows; the rest is pages
+	// of the binary, which come and go with the machine's memory pressure)
+	// and the operator's goroutines, its heap profile saved when asked.
 	figures := func(updates int) string {
 		if heapDir != "" {
 			saveProfile(b, pprofAddr, "heap?gc=1", filepath.Join(heapDir, fmt.Sprintf("heap-%04d.pb.gz", updates)))
 		}
-		return fmt.Sprintf("agent RSS %s, operator RSS %s, operator goroutines %d", mib(rssKiB(b, agent)), mib(rssKiB(b, op.cmd.Process.Pid)), goroutines(b, pprofAddr))
+		pid := op.cmd.Process.Pid
+		return fmt.Sprintf("agent RSS %s (anonymous %s), operator RSS %s (anonymous %s), operator goroutines %d",
+			mib(rssKiB(b, agent)), mib(statusKiB(b, agent, "RssAnon")), mib(rssKiB(b, pid)), mib(statusKiB(b, pid, "RssAnon")), goroutines(b, pprofAddr))
 	}
 	repo := gitrepo.New(b)
 	repo.Commit(b, "program", map[string]string{"Pulumi.yaml": recordProgram})
