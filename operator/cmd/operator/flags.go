@@ -24,6 +24,7 @@ type config struct {
 	opts        operator.Options
 	metrics     operator.MetricsOptions
 	probeAddr   string
+	pprofAddr   string
 	leaderElect operator.LeaderElection
 	zap         zap.Options
 
@@ -74,6 +75,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&c.metrics.Auth, "metrics-auth", operator.MetricsAuthKube, `who may read /metrics: "kube" (HTTPS; a bearer token passing a TokenReview whose user may get the non-resource URL /metrics, e.g. bound to the ClusterRole stackflow-metrics-reader) or "none" (plain HTTP, anyone)`)
 	fs.StringVar(&c.metrics.CertDir, "metrics-cert-dir", "", "directory holding tls.crt and tls.key for the metrics server (reloaded when they change); default with --metrics-auth=kube: a self-signed certificate made at start")
 	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "health probe address: /healthz (the process answers) and /readyz (this replica, leader or not, serves artifacts: artifact server up, Program cache synced); 0 disables")
+	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "0", "address serving Go's profiles at /debug/pprof/ (heap, goroutine, profile…) for diagnosing memory or CPU, unauthenticated: bind it to loopback (e.g. 127.0.0.1:6060) and reach it with kubectl port-forward; 0 (the default) disables it")
 	fs.BoolVar(&c.leaderElect.Enabled, "leader-elect", false, "elect a leader through the Lease "+operator.LeaderElectionID+", for more than one replica (only the leader reconciles; every replica serves artifacts and probes)")
 	fs.StringVar(&c.leaderElect.Namespace, "leader-elect-namespace", "", "namespace of the leader election Lease (default in a cluster: the pod's namespace; required outside one)")
 	fs.StringVar(&c.leaderElect.Identity, "leader-elect-identity", "", "this replica's name in the Lease's holderIdentity (default: <hostname>_<random UUID>; e.g. the pod name from the downward API)")

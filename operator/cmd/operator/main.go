@@ -34,6 +34,7 @@ func main() {
 		// with read and write timeouts.
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "",
+		PprofBindAddress:       c.pprofAddr,
 	}
 	identity, err := leaderElect.Apply(cfg, &mgrOpts)
 	if err != nil {

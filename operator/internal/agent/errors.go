@@ -25,6 +25,13 @@ func summaryLines(err error) string {
 	seen := map[string]bool{}
 	for _, line := range strings.Split(text, "\n") {
 		l := strings.TrimSpace(line)
+		// The Automation API's error labels the first line of each of the
+		// CLI's streams ("stderr: error: …"): that line counts too.
+		for _, label := range []string{"stdout:", "stderr:"} {
+			if rest, ok := strings.CutPrefix(l, label); ok {
+				l = strings.TrimSpace(rest)
+			}
+		}
 		if !strings.HasPrefix(l, "error:") {
 			continue
 		}
@@ -39,8 +46,29 @@ func summaryLines(err error) string {
 	if msg == "" {
 		msg, _, _ = strings.Cut(text, "\n")
 		msg = strings.TrimSpace(msg)
+		// No error line ("failed to create stack: exit status 1"): the
+		// CLI's last words on stderr say why.
+		if last := lastStderrLine(text); last != "" {
+			msg += ": " + last
+		}
 	}
 	return msg
+}
+
+// lastStderrLine is the last non-empty line of the CLI's stderr in an
+// Automation API error ("…\nstderr: <stderr>\n"), or "".
+func lastStderrLine(text string) string {
+	i := strings.LastIndex(text, "\nstderr: ")
+	if i < 0 {
+		return ""
+	}
+	lines := strings.Split(text[i+len("\nstderr: "):], "\n")
+	for j := len(lines) - 1; j >= 0; j-- {
+		if l := strings.TrimSpace(lines[j]); l != "" {
+			return l
+		}
+	}
+	return ""
 }
 
 // truncateMessage caps msg at maxMessage bytes.

@@ -17,16 +17,29 @@ import (
 type lockHolder struct {
 	User, Host string
 	PID        int
+	// URL is the lock object's ("file:///…/.pulumi/locks/…/<id>.json"), when
+	// the message gives it.
+	URL string
 }
 
-var lockHolderRE = regexp.MustCompile(`created by (\S*)@(\S+) \(pid (\d+)\)`)
+func (h lockHolder) String() string {
+	s := fmt.Sprintf("created by %s@%s (pid %d)", h.User, h.Host, h.PID)
+	if h.URL != "" {
+		s = h.URL + ": " + s
+	}
+	return s
+}
+
+// lockHolderRE matches a holder line: "  <lock URL>: created by
+// <user>@<host> (pid <n>) at <time>".
+var lockHolderRE = regexp.MustCompile(`(?:(\S+): )?created by (\S*)@(\S+) \(pid (\d+)\)`)
 
 // lockHolders parses the holders out of a "stack is currently locked" error.
 func lockHolders(errText string) []lockHolder {
 	var hs []lockHolder
 	for _, m := range lockHolderRE.FindAllStringSubmatch(errText, -1) {
-		pid, _ := strconv.Atoi(m[3])
-		hs = append(hs, lockHolder{User: m[1], Host: m[2], PID: pid})
+		pid, _ := strconv.Atoi(m[4])
+		hs = append(hs, lockHolder{URL: m[1], User: m[2], Host: m[3], PID: pid})
 	}
 	return hs
 }

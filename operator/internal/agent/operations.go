@@ -84,6 +84,11 @@ func (s *Server) StartOperation(_ context.Context, req *agentv1.StartOperationRe
 		// set; running now would deploy without it.
 		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is not configured in this workspace yet (SelectStack first)", req.GetStackName())
 	}
+	if _, selecting := s.selections[req.GetStackName()]; selecting {
+		// Its configuration is being replaced: the update would run with
+		// part of it.
+		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is being configured; the update starts after it", req.GetStackName())
+	}
 	now := s.now()
 	op := &agentv1.Operation{
 		UpdateId: req.GetUpdateId(), Type: req.GetType(), StackName: req.GetStackName(),

@@ -17,8 +17,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
@@ -107,6 +105,8 @@ type Server struct {
 	// selecting counts the SelectStack calls in progress: no checkout
 	// starts under them.
 	selecting int
+	// selections are the selections in progress, by stack (select.go).
+	selections map[string]*selection
 	// program is the checked-out revision; replaced (under mu) only by a
 	// checkout, while no operation or SelectStack runs.
 	program program
@@ -252,7 +252,7 @@ func newServer(log logr.Logger, red *redactor, retention RunRetention) *Server {
 		log: log, instance: newInstanceID(), redact: red, alive: livePulumiProcess,
 		now: time.Now, retention: retention.withDefaults(), prepareTimeout: DefaultPrepareTimeout,
 		runs: map[string]*run{}, busy: map[string]string{}, configKeys: map[string]map[string]bool{}, stacks: map[string]auto.Stack{},
-		selected: map[string]string{},
+		selected: map[string]string{}, selections: map[string]*selection{},
 	}
 	s.runner = s.runWithRecovery
 	return s
@@ -278,82 +278,6 @@ func (s *Server) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoRespo
 		info.Checkout = proto.Clone(s.checkout.status).(*agentv1.CheckoutStatus)
 	}
 	return info, nil
-}
-
-// SelectStack selects or creates a stack and replaces its configuration.
-func (s *Server) SelectStack(ctx context.Context, req *agentv1.SelectStackRequest) (*agentv1.SelectStackResponse, error) {
-	if req.GetStackName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "stack name is required")
-	}
-	cfg, secrets, err := resolveConfig(req.GetConfig())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-
-	digest := selectDigest(req)
-	s.mu.Lock()
-	if s.selected[req.GetStackName()] == digest {
-		// This very configuration is applied already: an operator that
-		// restarted (and so forgot what it applied) asks again, maybe while
-		// an update runs. Nothing to do, and nothing to wait for.
-		s.mu.Unlock()
-		return &agentv1.SelectStackResponse{StackName: req.GetStackName()}, nil
-	}
-	if id, running := s.busy[req.GetStackName()]; running {
-		s.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "stack %s is busy with update %s; configuration is applied after it", req.GetStackName(), id)
-	}
-	if err := s.checkingOut(); err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	prog := s.program
-	s.selecting++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.selecting--
-		s.mu.Unlock()
-	}()
-	// The stack's secret configuration replaces the one it had (kept as the
-	// previous set), so selecting a stack again and again never grows the
-	// redactor.
-	s.redact.replace(configScope(req.GetStackName()), secrets...)
-
-	var stack auto.Stack
-	if req.GetCreate() {
-		ws := prog.ws
-		if sp := req.GetSecretsProvider(); sp != "" {
-			// The secrets provider is a property of the workspace used to
-			// create the stack: the same program directory, configured with it.
-			ws, err = auto.NewLocalWorkspace(ctx, append(prog.wsOpts, auto.SecretsProvider(sp))...)
-			if err != nil {
-				return nil, status.Errorf(codes.Internal, "open workspace with secrets provider: %v", err)
-			}
-		}
-		stack, err = auto.UpsertStack(ctx, req.GetStackName(), ws)
-	} else {
-		stack, err = auto.SelectStack(ctx, req.GetStackName(), prog.ws)
-	}
-	if err != nil {
-		if auto.IsSelectStack404Error(err) {
-			return nil, status.Errorf(codes.NotFound, "stack %s does not exist and create is off", req.GetStackName())
-		}
-		return nil, status.Errorf(codes.Unavailable, "select stack %s: %s", req.GetStackName(), s.redact.summarize(err))
-	}
-	if err := s.applyConfig(ctx, stack, cfg); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "set configuration of %s: %s", req.GetStackName(), s.redact.summarize(err))
-	}
-	if envs := req.GetEnvironment(); len(envs) > 0 {
-		if err := stack.AddEnvironments(ctx, envs...); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "add environments %v to %s: %s", envs, req.GetStackName(), s.redact.summarize(err))
-		}
-	}
-	s.mu.Lock()
-	s.selected[req.GetStackName()] = digest
-	s.mu.Unlock()
-	s.log.Info("Selected stack", "stack", req.GetStackName(), "configKeys", len(cfg))
-	return &agentv1.SelectStackResponse{StackName: req.GetStackName()}, nil
 }
 
 // selectDigest identifies a SelectStack request (kept in memory only: the

@@ -41,9 +41,6 @@ import (
 // workspaceFinalizer lets the runtime stop the agent before a Workspace goes.
 const workspaceFinalizer = "auto.pulumi.com/workspace-runtime"
 
-// Workspace reasons for stack configuration, in addition to the API's.
-const workspaceReasonConfigurationFailed = "ConfigurationFailed"
-
 // WorkspaceReconciler runs workspace agents and applies stack configuration.
 type WorkspaceReconciler struct {
 	client.Client
@@ -286,17 +283,8 @@ func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, ws *autov1alph
 	hash := stacksHash(ws.Spec.Stacks)
 	applied := appliedConfig{instance: info.Instance, checkouts: info.Checkouts, hash: hash}
 	if prev, ok := r.applied.Load(ws.UID); !ok || prev.(appliedConfig) != applied {
-		for _, s := range ws.Spec.Stacks {
-			if err := selectStack(ctx, agent, s); err != nil {
-				msg := fmt.Sprintf("configure stack %s: %s", s.Name, status.Convert(err).Message())
-				setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, workspaceReasonConfigurationFailed, msg)
-				if c := status.Code(err); c == codes.InvalidArgument || c == codes.NotFound {
-					// The user must fix the configuration: stalled until the spec changes.
-					setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, workspaceReasonConfigurationFailed, msg)
-					return ctrl.Result{}, nil
-				}
-				return ctrl.Result{}, fmt.Errorf("%s", msg)
-			}
+		if done, res, err := r.reconcileConfiguration(ctx, ws, agent); !done {
+			return res, err
 		}
 		r.applied.Store(ws.UID, applied)
 		log.FromContext(ctx).Info("Applied stack configuration", "stacks", len(ws.Spec.Stacks), "agent", info.Instance)

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,7 +38,12 @@ import (
 //
 //	go test -run '^$' -bench AgentMemory -benchtime 1x -timeout 40m ./operator/test/e2e/
 //
-// STACKFLOW_BENCH_UPDATES overrides the number of Updates (default 500).
+// STACKFLOW_BENCH_UPDATES overrides the number of Updates (default 500). The
+// operator serves its profiles on loopback (--pprof-bind-address): each line
+// gives its goroutine count, and STACKFLOW_BENCH_HEAP_DIR=<dir> saves its heap
+// profile (after a GC) there at each line, heap-<updates>.pb.gz, for
+// `go tool pprof -sample_index=inuse_space -diff_base <dir>/heap-0010.pb.gz
+// <dir>/heap-0500.pb.gz`.
 func BenchmarkAgentMemory(b *testing.B) {
 	n := 500
 	if v := os.Getenv("STACKFLOW_BENCH_UPDATES"); v != "" {
@@ -53,7 +61,22 @@ func BenchmarkAgentMemory(b *testing.B) {
 func benchAgentMemory(b *testing.B, n, warmup int) {
 	b.StopTimer()
 	e := newEnv(b)
-	op := startOperatorProcess(b, e, kubeconfig(b))
+	var agent int
+	pprofAddr := freeAddr(b)
+	op := startOperatorProcess(b, e, kubeconfig(b), "--pprof-bind-address="+pprofAddr)
+	heapDir := os.Getenv("STACKFLOW_BENCH_HEAP_DIR")
+	// figures is one line of the table: the RSS of both processes, its
+	// anonymous part (the heap, stacks: what a leak grows; the rest is pages
+	// of the binary, which come and go with the machine's memory pressure)
+	// and the operator's goroutines, its heap profile saved when asked.
+	figures := func(updates int) string {
+		if heapDir != "" {
+			saveProfile(b, pprofAddr, "heap?gc=1", filepath.Join(heapDir, fmt.Sprintf("heap-%04d.pb.gz", updates)))
+		}
+		pid := op.cmd.Process.Pid
+		return fmt.Sprintf("agent RSS %s (anonymous %s), operator RSS %s (anonymous %s), operator goroutines %d",
+			mib(rssKiB(b, agent)), mib(statusKiB(b, agent, "RssAnon")), mib(rssKiB(b, pid)), mib(statusKiB(b, pid, "RssAnon")), goroutines(b, pprofAddr))
+	}
 	repo := gitrepo.New(b)
 	repo.Commit(b, "program", map[string]string{"Pulumi.yaml": recordProgram})
 	ctx := context.Background()
@@ -69,7 +92,7 @@ func benchAgentMemory(b *testing.B, n, warmup int) {
 		b.Fatal(err)
 	}
 	waitWorkspaceReady(b, ws, 3*time.Minute)
-	agent := agentPID(b, e, ws.Name)
+	agent = agentPID(b, e, ws.Name)
 	if first := runUpdate(b, newUpdate(e.ns, "up-0000", ws.Name, autov1alpha1.UpType), 3*time.Minute); !succeeded(first) {
 		b.Fatalf("first up: %s %q", reason(first), first.Status.Message)
 	}
@@ -80,7 +103,7 @@ func benchAgentMemory(b *testing.B, n, warmup int) {
 	for i := 1; i <= n; i++ {
 		if i == warmup+1 {
 			startAgent, startOp = rssKiB(b, agent), rssKiB(b, op.cmd.Process.Pid)
-			b.Logf("after %d warm-up updates: agent RSS %s, operator RSS %s", warmup, mib(startAgent), mib(startOp))
+			b.Logf("after %d warm-up updates: %s", warmup, figures(warmup))
 			start = time.Now()
 			b.StartTimer()
 		}
@@ -106,13 +129,16 @@ func benchAgentMemory(b *testing.B, n, warmup int) {
 		if i%50 == 0 {
 			// Also on stderr at once: a benchmark's log is printed only when
 			// it ends, and a long run cut short should still tell its trend.
-			line := fmt.Sprintf("after %d updates (%s): agent RSS %s, operator RSS %s", i, time.Since(start).Round(time.Second), mib(rssKiB(b, agent)), mib(rssKiB(b, op.cmd.Process.Pid)))
+			line := fmt.Sprintf("after %d updates (%s): %s", i, time.Since(start).Round(time.Second), figures(i))
 			b.Log(line)
 			fmt.Fprintln(os.Stderr, "BenchmarkAgentMemory:", line)
 		}
 	}
 	b.StopTimer()
 	elapsed := time.Since(start)
+	if n%50 != 0 {
+		b.Logf("after %d updates: %s", n, figures(n))
+	}
 	if got := agentPID(b, e, ws.Name); got != agent {
 		b.Fatalf("the agent was replaced during the run (pid %d, then %d): its memory figures mean nothing", agent, got)
 	}
@@ -194,6 +220,47 @@ func statusKiB(b *testing.B, pid int, field string) int64 {
 	}
 	b.Fatalf("pid %d has no %s in /proc/%d/status", pid, field, pid)
 	return 0
+}
+
+// saveProfile writes the operator's profile at path (under /debug/pprof/) to
+// file.
+func saveProfile(b *testing.B, addr, path, file string) {
+	b.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/" + path)
+	if err != nil {
+		b.Fatalf("profile %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("profile %s: %s", path, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(file, body, 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// goroutines is the operator's goroutine count (the first line of its
+// goroutine profile in text: "goroutine profile: total N").
+func goroutines(b *testing.B, addr string) int {
+	b.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		b.Fatalf("goroutine profile: %v", err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil {
+		b.Fatalf("goroutine profile: %v", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "goroutine profile: total")))
+	if err != nil {
+		b.Fatalf("goroutine profile: first line %q", line)
+	}
+	return n
 }
 
 func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }

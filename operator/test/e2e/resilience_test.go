@@ -109,17 +109,20 @@ type operatorProcess struct {
 	cmd *exec.Cmd
 }
 
-func startOperatorProcess(t testing.TB, e *env, kubeconfig string) *operatorProcess {
+// startOperatorProcess runs the operator binary with the local runtime of e;
+// extra flags are appended.
+func startOperatorProcess(t testing.TB, e *env, kubeconfig string, extra ...string) *operatorProcess {
 	t.Helper()
 	var env []string
 	for k, v := range e.opts.AgentEnv {
 		env = append(env, k+"="+v)
 	}
-	cmd := exec.Command(filepath.Join(bin, "operator"),
-		"--kubeconfig="+kubeconfig, "--workspace-runtime=local", "--local-root="+e.opts.LocalRoot,
-		"--agent-binary="+e.opts.AgentBinary, "--pulumi-root="+e.opts.PulumiRoot,
-		"--agent-env="+strings.Join(env, ","), "--local-restart-backoff=1s",
-		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--artifact-addr=127.0.0.1:0")
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig, "--workspace-runtime=local", "--local-root=" + e.opts.LocalRoot,
+		"--agent-binary=" + e.opts.AgentBinary, "--pulumi-root=" + e.opts.PulumiRoot,
+		"--agent-env=" + strings.Join(env, ","), "--local-restart-backoff=1s",
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--artifact-addr=127.0.0.1:0"}, extra...)
+	cmd := exec.Command(filepath.Join(bin, "operator"), args...)
 	logf, err := os.OpenFile(filepath.Join(e.opts.LocalRoot, "operator.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)

@@ -61,6 +61,12 @@ const (
 	// (--pod-security-enforcement) refused the workspace pod, which asks for
 	// privileges the namespace's Pod Security level forbids.
 	WorkspaceReasonPodSecurityForbidden = "PodSecurityForbidden"
+	// WorkspaceReasonConfigurationFailed: the agent could not select or
+	// create a stack, or set its configuration. Stalled at once when the
+	// configuration is invalid or the stack missing with create off; when
+	// the failure may pass (a lock, the backend), once it has lasted
+	// (status.configurationFailure), and still retried.
+	WorkspaceReasonConfigurationFailed = "ConfigurationFailed"
 )
 
 // SecurityProfile selects the Pod Security Standard the workspace pod is built to.
@@ -405,14 +411,51 @@ type WorkspaceStatus struct {
 	// +optional
 	PulumiVersion string `json:"pulumiVersion,omitempty"`
 
-	// conditions describe the workspace's state: Ready, and Stalled while it
-	// cannot progress.
+	// configurationFailure counts the consecutive failed attempts to apply
+	// the stacks' configuration (select or create a stack, set its
+	// configuration) with an error that may pass: a stack locked by another
+	// run, an unreachable backend, an agent restarting. They are retried
+	// after 5 s, 10 s, 20 s… up to every 5 minutes; once they have failed
+	// for 2 minutes and at least 5 times, the Workspace is Stalled (reason
+	// ConfigurationFailed, with the last error) and still retried every 5
+	// minutes, so a cause that passes heals by itself. An invalid
+	// configuration, or a stack missing with create off, is Stalled at once,
+	// until the spec changes. Kept in status so that a restarted operator
+	// decides the same; cleared by a success; failures of an older
+	// generation do not count.
+	// +optional
+	ConfigurationFailure *WorkspaceConfigurationFailure `json:"configurationFailure,omitempty"`
+
+	// conditions describe the workspace's state: Ready (reason Running once
+	// the agent serves the spec's revision and stack configuration, else why
+	// not), and Stalled while it needs someone to act: its reason says why
+	// (SpecInvalid, PodSecurityForbidden, SourceUnavailable,
+	// InstallationFailed, CheckoutFailed, ConfigurationFailed, or the pod's
+	// ImagePullFailed, ContainerConfigInvalid, CrashLooping, Unschedulable).
+	// A failure that may pass stalls only once it has lasted, and is still
+	// retried (see configurationFailure).
 	// +optional
 	// +patchMergeKey=type
 	// +patchStrategy=merge
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// WorkspaceConfigurationFailure counts consecutive failures to apply the
+// stacks' configuration.
+type WorkspaceConfigurationFailure struct {
+	// generation is the Workspace generation the attempts were made for.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Generation int64 `json:"generation"`
+	// since is when the first of the consecutive failures happened.
+	// +required
+	Since metav1.Time `json:"since"`
+	// attempts counts the consecutive failed attempts.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Attempts int32 `json:"attempts"`
 }
 
 // Workspace is an isolated environment (a pod, or a local process in development)
