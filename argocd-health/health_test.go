@@ -68,7 +68,7 @@ var healthCases = []healthCase{
 	{"captured/stack-drift-check-running.yaml", healthy, "Last up succeeded at 5f3c2a1",
 		"Last up succeeded at 5f3c2a1b9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a"},
 	{"captured/stack-drift-detected.yaml", degraded,
-		"Drift detected: 1 resource(s) differ from the last successful update of 5f3c2a1b9d8e (update 1): update stackflowtest:index:Record::rec; checked by drifted-00000001", ""},
+		"Drift detected: 1 resource(s) differ from the last successful update of 5f3c2a1 (update 1): update stackflowtest:index:Record::rec; checked by drifted-00000001", ""},
 
 	// Stack, hand-written.
 	{"hand/stack-no-status.yaml", progressing, "Waiting for the operator to reconcile the Stack", ""},
