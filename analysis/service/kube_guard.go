@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/stackflow-io/stackflow/internal/kubeauth"
 	"github.com/stackflow-io/stackflow/analysis/server"
+	"github.com/stackflow-io/stackflow/internal/kubeauth"
 )
 
 // kubeGuard is --auth=kube: the bearer token is checked with TokenReview for
