@@ -3,7 +3,9 @@ package config
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -24,6 +26,7 @@ import (
 	"github.com/stackflow-io/stackflow/analysis/tokensecret"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
 // containerArgs returns the args of the first container of a Deployment or
@@ -152,17 +155,10 @@ func TestKargoProjectTokenUnderTheRolloutsController(t *testing.T) {
 		return resp.StatusCode, body.Phase + " " + body.Reason + " " + body.Message
 	}
 	// The RBAC authoriser sees the new binding through its informers.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	substrate.Eventually(t, 30*time.Second, "the refreshed token answered", func() (bool, error) {
 		code, body := ask(tok)
-		if code == http.StatusOK && strings.HasPrefix(body, "Succeeded") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the refreshed token: %d %s", code, body)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return code == http.StatusOK && strings.HasPrefix(body, "Succeeded"), fmt.Errorf("the refreshed token: %d %s", code, body)
+	})
 	tr, err := admin.CoreV1().ServiceAccounts(project).CreateToken(ctx, "stackflow-verifier", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -204,8 +200,7 @@ func TestKargoProjectTokenUnderTheRolloutsController(t *testing.T) {
 	if err := k8s.Delete(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	substrate.Eventually(t, 30*time.Second, "the token refused after its Secret's deletion", func() (bool, error) {
 		rev, err := admin.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
 			Token: tok, Audiences: []string{service.DefaultAudience}}}, metav1.CreateOptions{})
 		if err != nil {
@@ -213,13 +208,9 @@ func TestKargoProjectTokenUnderTheRolloutsController(t *testing.T) {
 		}
 		if !rev.Status.Authenticated {
 			t.Logf("after the Secret's deletion: %s", rev.Status.Error)
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the token outlived its Secret by 30s")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return !rev.Status.Authenticated, errors.New("the token still authenticates")
+	})
 }
 
 // TestRefreshRefusesAServiceAccountTokenSecret: the Secret the older
