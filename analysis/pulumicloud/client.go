@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/internal/redact"
 )
 
 // Defaults.
@@ -437,11 +438,8 @@ func netError(err error, token string) string {
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	s := truncate(err.Error(), 200)
-	if token != "" {
-		s = strings.ReplaceAll(s, token, "[token]")
-	}
-	return s
+	// Masked before the cut, so that the cut cannot leave a token's start.
+	return truncate(redact.NewValues(token).Text(err.Error()), 200)
 }
 
 // retryAfter parses a Retry-After header: seconds or an HTTP date.

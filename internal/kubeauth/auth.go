@@ -279,13 +279,13 @@ func (a *Authorizer) reviewToken(ctx context.Context, k key, token string) (toke
 	if err != nil {
 		a.tokens.errors.Add(1)
 		return tokenAnswer{}, &UnavailableError{Review: "TokenReview", err: err,
-			msg: "cannot authenticate the caller: TokenReview failed: " + redact(err.Error(), token) + permissionHint(err, "tokenreviews.authentication.k8s.io")}
+			msg: "cannot authenticate the caller: TokenReview failed: " + redactToken(err.Error(), token) + permissionHint(err, "tokenreviews.authentication.k8s.io")}
 	}
 	now := a.now()
 	st := tr.Status
 	if !st.Authenticated || st.Error != "" || !a.audienceOK(st.Audiences) {
 		a.tokens.denied.Add(1)
-		ans := tokenAnswer{detail: redact(st.Error, token)}
+		ans := tokenAnswer{detail: redactToken(st.Error, token)}
 		if ans.detail == "" && st.Authenticated {
 			ans.detail = "the token is not meant for this service's audiences"
 		}

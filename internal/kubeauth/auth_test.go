@@ -289,7 +289,7 @@ func TestTokenNeverInMessages(t *testing.T) {
 	a.client = c
 	_, err := a.Authenticate(context.Background(), secret)
 	check("rejected", err)
-	if !strings.Contains(err.Error(), "token [token] is not valid") {
+	if !strings.Contains(err.Error(), "token [secret] is not valid") {
 		t.Fatalf("message = %q", err)
 	}
 	// An API failure quoting it.

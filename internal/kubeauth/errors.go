@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
+
+	"github.com/stackflow-io/stackflow/internal/redact"
 )
 
 // HTTPError is implemented by every error this package returns from Check,
@@ -111,10 +112,8 @@ func (e *UnavailableError) Reason() string  { return "ServiceUnavailable" }
 // server's; Error() is the one to log or send.
 func (e *UnavailableError) Unwrap() error { return e.err }
 
-// redact removes every occurrence of token from s.
-func redact(s, token string) string {
-	if token == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, token, "[token]")
+// redactToken masks the caller's token in an API server's message
+// (internal/redact).
+func redactToken(s, token string) string {
+	return redact.NewValues(token).Text(s)
 }
