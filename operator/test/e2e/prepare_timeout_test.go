@@ -11,6 +11,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stackflow-io/stackflow/internal/revision"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
@@ -75,7 +76,7 @@ outputs:
 		t.Fatal(err)
 	}
 	if c := apimeta.FindStatusCondition(ws.Status.Conditions, autov1alpha1.WorkspaceStalled); c == nil ||
-		c.Reason != autov1alpha1.WorkspaceReasonInstallationFailed || !strings.Contains(c.Message, "the agent keeps "+sha1[:12]) {
+		c.Reason != autov1alpha1.WorkspaceReasonInstallationFailed || !strings.Contains(c.Message, "the agent keeps "+revision.Short(sha1)) {
 		t.Fatalf("Workspace Stalled = %v, want InstallationFailed keeping the first commit", c)
 	}
 	if got, _ := e.pe.Record(t, "hung"); got != "one" {
