@@ -27,9 +27,13 @@ func main() {
 	opts, leaderElect := c.opts, c.leaderElect
 
 	cfg := ctrl.GetConfigOrDie()
+	ctx := ctrl.SetupSignalHandler()
 	mgrOpts := ctrl.Options{
 		Scheme: operator.Scheme(),
 		Cache:  operator.CacheOptions(opts.WatchNamespaces),
+		// Deprecated because a manager may live shorter than its process;
+		// this one does not, and the broadcaster ends with ctx.
+		EventBroadcaster: operator.EventBroadcaster(ctx), //nolint:staticcheck
 		// Served by operator.AddMetricsServer and AddProbeServer instead,
 		// with read and write timeouts.
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -70,7 +74,7 @@ func main() {
 		}()
 	}
 	log.Info("Starting the operator", "runtime", opts.Runtime, "leaderElection", leaderElect.Enabled, "identity", identity, "artifactAddr", op.ArtifactAddr)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "The operator stopped")
 		os.Exit(1)
 	}

@@ -188,8 +188,11 @@ func Start(ctx context.Context, o LocalOptions) (_ *Local, err error) {
 		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
 		provider.DirEnv: filepath.Join(dir, "records"),
 	}
+	l.ctx, l.stop = context.WithCancel(ctx)
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: operator.CacheOptions(o.WatchNamespaces)})
+		Cache:            operator.CacheOptions(o.WatchNamespaces),
+		EventBroadcaster: operator.EventBroadcaster(l.ctx), //nolint:staticcheck // ends with l.ctx, as the manager does
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +206,6 @@ func Start(ctx context.Context, o LocalOptions) (_ *Local, err error) {
 		return nil, err
 	}
 	l.op = op
-	l.ctx, l.stop = context.WithCancel(ctx)
 	go func() { l.errc <- mgr.Start(l.ctx) }()
 	return l, nil
 }

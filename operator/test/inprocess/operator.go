@@ -22,19 +22,23 @@ import (
 func StartOperator(t testing.TB, cfg *rest.Config, opts operator.Options) (op *operator.Operator, stop func()) {
 	t.Helper()
 	skip := true
+	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:      operator.CacheOptions(opts.WatchNamespaces),
 		Controller: config.Controller{SkipNameValidation: &skip},
+		// As the operator binary's; it ends with ctx, as the manager does.
+		EventBroadcaster: operator.EventBroadcaster(ctx), //nolint:staticcheck
 	})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	op, err = operator.Setup(mgr, opts)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	var once bool
