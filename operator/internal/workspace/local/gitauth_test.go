@@ -101,3 +101,44 @@ func TestRotatedCredentialKeepsTheAgent(t *testing.T) {
 		t.Fatal("another credential reference keeps the agent")
 	}
 }
+
+// TestCommandEnvPrecedence: the local agent's environment resolves a name
+// set twice as a workspace pod's container does: envFrom below the git
+// credentials, spec.env above them, and the agent's token above everything
+// (spec.env may not name it; an envFrom key named so does not replace it).
+func TestCommandEnvPrecedence(t *testing.T) {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "git"}, Data: map[string][]byte{"pw": []byte("PW-SECRET"), "user": []byte("bot")}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "env"},
+		Data: map[string]string{"GIT_PASSWORD": "from-envFrom", "GIT_USERNAME": "from-envFrom", "STACKFLOW_AGENT_TOKEN": "from-envFrom", "OTHER": "kept"}}
+	r := &Runtime{Client: fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(sec, cm).Build()}
+	sel := func(key string) *corev1.SecretKeySelector {
+		return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "git"}, Key: key}
+	}
+	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w"}, Spec: autov1alpha1.WorkspaceSpec{
+		Git:     &autov1alpha1.GitSource{URL: "https://host/r.git", Ref: "main", Auth: &autov1alpha1.GitAuth{Username: sel("user"), Password: sel("pw")}},
+		EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "env"}}}},
+		Env:     []corev1.EnvVar{{Name: "GIT_USERNAME", Value: "from-spec-env"}},
+	}}
+	own, creds, _, _, err := r.command(context.Background(), ws, t.TempDir(), "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, kv := range slices.Concat(creds, own) {
+		k, v, _ := strings.Cut(kv, "=")
+		if old, dup := env[k]; dup {
+			t.Errorf("%s is defined twice (%q, %q): the agent would see the last", k, old, v)
+		}
+		env[k] = v
+	}
+	for k, want := range map[string]string{"GIT_PASSWORD": "PW-SECRET", "GIT_USERNAME": "from-spec-env", "STACKFLOW_AGENT_TOKEN": "tok", "OTHER": "kept"} {
+		if env[k] != want {
+			t.Errorf("%s = %q, want %q", k, env[k], want)
+		}
+	}
+
+	ws.Spec.Env = append(ws.Spec.Env, corev1.EnvVar{Name: "STACKFLOW_AGENT_TOKEN", Value: "mine"})
+	if _, _, _, _, err := r.command(context.Background(), ws, t.TempDir(), "tok"); err == nil || !strings.Contains(err.Error(), "reserved for the agent's token") {
+		t.Errorf("spec.env naming the agent's token: %v, want it refused", err)
+	}
+}

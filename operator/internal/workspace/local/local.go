@@ -115,7 +115,9 @@ func (r *Runtime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, token 
 	if st != nil {
 		stop(st.PID)
 	}
-	if err := r.start(dir, slices.Concat(os.Environ(), own, creds), args, hash); err != nil {
+	// command resolved which definition of a name wins; creds and own
+	// share no name, and both win over the operator's own environment.
+	if err := r.start(dir, slices.Concat(os.Environ(), creds, own), args, hash); err != nil {
 		return workspace.Status{}, err
 	}
 	return workspace.Status{Message: "agent started; fetching the program"}, nil
@@ -301,7 +303,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	if r.PrepareTimeout > 0 {
 		args = append(args, "--prepare-timeout="+r.PrepareTimeout.String())
 	}
-	extra := map[string]string{"STACKFLOW_AGENT_TOKEN": token}
+	extra := map[string]string{}
 	spec := ws.Spec
 	switch {
 	case spec.Git != nil:
@@ -349,6 +351,9 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 		}
 	}
 	for _, e := range spec.Env {
+		if e.Name == pod.TokenEnvVar {
+			return nil, nil, nil, nil, fmt.Errorf("spec.env: %s is reserved for the agent's token", pod.TokenEnvVar)
+		}
 		v, err := r.envValue(ctx, ws.Namespace, e)
 		if err != nil {
 			return nil, nil, nil, nil, err
@@ -365,6 +370,18 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 		sort.Strings(secretNames)
 		extra[pod.SecretEnvNamesVar] = strings.Join(secretNames, ",")
 	}
+	// Precedence as in a workspace pod, whose container lists the git
+	// credentials in env, above envFrom: envFrom < git credentials <
+	// spec.env, and the agent's token above all (spec.env may not name it).
+	creds = slices.DeleteFunc(creds, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		if slices.ContainsFunc(spec.Env, func(e corev1.EnvVar) bool { return e.Name == name }) {
+			return true
+		}
+		delete(extra, name) // an envFrom variable of the same name
+		return false
+	})
+	extra[pod.TokenEnvVar] = token
 	// own holds the variables this runtime sets, sorted: they (not the
 	// operator's own environment) decide whether a running agent is current.
 	for k, v := range r.Env {
