@@ -69,7 +69,11 @@ PULUMI_YAML_RANGE=(v1.25.0 v2.0.0)
 # The sets of tools each entry point needs.
 SET_run=(kube pulumi-yaml pulumi)
 SET_demo=(kube pulumi-yaml pulumi rollouts argocd3 kargo)
-SET_all=(kube pulumi-yaml pulumi rollouts argocd argocd3 kargo)
+# Argo CD v2.14 (argocd, past end of life) is not in `all`: a cold `make test`
+# would spend ~19 CPU-minutes on it. The suite runs its Argo CD tests on v2.14
+# too when it is cached, and skips them saying so when not; `make
+# test-argocd-2.14` builds it and runs them.
+SET_all=(kube pulumi-yaml pulumi rollouts argocd3 kargo)
 
 # Cold build estimates, in minutes on 2 cores with an empty Go build cache and
 # nothing else running (README, "Cold and warm times"); `plan` prints them.

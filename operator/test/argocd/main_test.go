@@ -54,10 +54,7 @@ type argoEnv struct {
 // both stopped at its cleanup; a failing test gets the components' logs.
 func startArgo(t *testing.T, v Version) *argoEnv {
 	t.Helper()
-	build, err := Locate(v)
-	if err != nil {
-		t.Fatal(err)
-	}
+	build := locateOrSkip(t, v)
 	cp := substrate.StartControlPlaneT(t)
 	if err := build.InstallCRDs(cp.Env); err != nil {
 		t.Fatalf("install Argo CD %s CRDs: %v", build.Version, err)
@@ -81,6 +78,21 @@ func startArgo(t *testing.T, v Version) *argoEnv {
 		argo.Stop()
 	})
 	return &argoEnv{build: build, cp: cp, c: c, argo: argo}
+}
+
+// locateOrSkip locates version v's build. Argo CD v2.14, past end of life,
+// is not in make test's substrate (19 CPU-minutes cold): where it is not
+// built, its test is skipped saying how to run it; v3 must be built.
+func locateOrSkip(t *testing.T, v Version) Build {
+	t.Helper()
+	build, err := Locate(v)
+	if err != nil && v == V2 {
+		t.Skipf("Argo CD v2.14 is not built, so this test runs on v3 only (make test leaves v2.14 out of its substrate; `make test-argocd-2.14` builds it and runs these tests): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return build
 }
 
 // scheme adds Argo CD's types to the test client's.
