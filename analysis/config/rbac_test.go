@@ -3,16 +3,20 @@ package config
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
 func rulesOf(t *testing.T, o *unstructured.Unstructured) []rbacv1.PolicyRule {
@@ -128,6 +132,8 @@ func TestRBACOnTheAPIServer(t *testing.T) {
 		apply(t, build(t, dir))
 	}
 	svc := "stackflow-system:stackflow-analysis"
+	var refused []authorizationv1.ResourceAttributes
+	var refusedSA []string
 	for _, tc := range []struct {
 		sa    string
 		attrs authorizationv1.ResourceAttributes
@@ -161,8 +167,21 @@ func TestRBACOnTheAPIServer(t *testing.T) {
 		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "delete", Resource: "secrets", Namespace: "my-project", Name: TokenSecret}, false},
 		{"my-project:stackflow-verifier-token-refresher", authorizationv1.ResourceAttributes{Verb: "create", Resource: "secrets", Namespace: "my-project"}, false},
 	} {
-		if got := can(t, tc.sa, tc.attrs); got != tc.want {
-			t.Errorf("%s %s %s/%s in %q (name %q): allowed %v, want %v", tc.sa, tc.attrs.Verb, tc.attrs.Group, tc.attrs.Resource, tc.attrs.Namespace, tc.attrs.Name, got, tc.want)
+		what := fmt.Sprintf("%s %s %s/%s in %q (name %q)", tc.sa, tc.attrs.Verb, tc.attrs.Group, tc.attrs.Resource, tc.attrs.Namespace, tc.attrs.Name)
+		if tc.want {
+			// The authoriser learns of bindings just applied from its
+			// informers, a moment later: what they allow is awaited.
+			substrate.Eventually(t, 30*time.Second, what+" to be allowed", func() (bool, error) { return can(t, tc.sa, tc.attrs), nil })
+		} else {
+			refused = append(refused, tc.attrs)
+			refusedSA = append(refusedSA, tc.sa)
+		}
+	}
+	// Asked once every allowed request is: the bindings are in force, so a
+	// refusal is the rules' answer, not the informers' delay.
+	for i, attrs := range refused {
+		if can(t, refusedSA[i], attrs) {
+			t.Errorf("%s %s %s/%s in %q (name %q): allowed, want refused", refusedSA[i], attrs.Verb, attrs.Group, attrs.Resource, attrs.Namespace, attrs.Name)
 		}
 	}
 }
@@ -181,20 +200,29 @@ func TestPulumiCloudVerifierOnTheAPIServer(t *testing.T) {
 	if err := k8s.Create(context.Background(), crb); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]bool{
-		"/v1/pulumi/acme/infra/prod/verification": true,
-		"/v1/namespaces/x/stacks/y/verification":  false,
-		"/metrics":                                false,
-	} {
+	allowed := func(path string) (bool, error) {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:                  "system:serviceaccount:my-project:cloud-verifier",
 			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
 		}}
 		if err := k8s.Create(context.Background(), sar); err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	}
+	// The API server's authoriser learns of the binding from its informers,
+	// a moment after the create: the allowed path is awaited, and the
+	// refusals are asked only once it answers.
+	substrate.Eventually(t, 30*time.Second, "the binding to allow get /v1/pulumi/acme/infra/prod/verification", func() (bool, error) {
+		return allowed("/v1/pulumi/acme/infra/prod/verification")
+	})
+	for _, path := range []string{"/v1/namespaces/x/stacks/y/verification", "/metrics"} {
+		got, err := allowed(path)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if sar.Status.Allowed != want {
-			t.Errorf("get %s: allowed %v, want %v", path, sar.Status.Allowed, want)
+		if got {
+			t.Errorf("get %s: allowed, want refused", path)
 		}
 	}
 }
