@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -29,6 +30,7 @@ func main() {
 	exit := flag.Bool("exit", false, "exit after the summary instead of keeping the control plane running for kubectl")
 	plain := flag.Bool("plain", false, "print the table whenever it changes instead of redrawing it in place")
 	verbose := flag.Bool("verbose", false, "log the operator's and the analysis service's work")
+	summaryJSON := flag.String("summary-json", "", "also write the run's summary (the final table, the releases, which Argo CD and Kargo ran) as JSON to this file, for scripts")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), `Usage: stackflow-demo [flags]
 
@@ -59,8 +61,19 @@ Flags:
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if _, err := demo.Run(ctx, o); err != nil {
+	sum, err := demo.Run(ctx, o)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "stackflow-demo:", err)
 		os.Exit(1)
+	}
+	if *summaryJSON != "" {
+		b, err := json.MarshalIndent(sum, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*summaryJSON, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "stackflow-demo: write the summary:", err)
+			os.Exit(1)
+		}
 	}
 }

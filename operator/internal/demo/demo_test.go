@@ -3,41 +3,39 @@ package demo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/zap/zapcore"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	"github.com/stackflow-io/stackflow/internal/revision"
 	"github.com/stackflow-io/stackflow/operator/test/substrate"
 )
 
-// TestDemo runs what `make demo DEMO_ARGS="--yes --exit"` runs, through its
-// Go entry point, and checks where it ends: release 2 applied and verified at
-// every stage by the real operator, synced by the real Argo CD (v3, the
-// default) and promoted by the real Kargo when it is built; release 3 stopped
-// at dev by the analysis service's verdict, with test and prod left at
-// release 2.
+// TestDemo runs `make demo DEMO_ARGS="--yes --exit"` as a user would, from
+// the repository root in a clean environment: none of the variables the
+// suite exports (STACKFLOW_*, KUBEBUILDER_ASSETS), so the Makefile and the
+// demo must find the substrate themselves. It checks where the demo ends,
+// from its JSON summary and the files it leaves: release 2 applied and
+// verified at every stage by the real operator, synced by the real Argo CD
+// (v3, the default) and promoted by the real Kargo when it is built; release
+// 3 stopped at dev by the analysis service's verdict, with test and prod left
+// at release 2.
 func TestDemo(t *testing.T) {
 	substrate.MustLocate(t)
-	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel), zap.WriteTo(os.Stderr)))
-	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	sum, err := Run(ctx, Options{Dir: dir, Yes: true, Out: &out})
-	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, out.String())
-	}
+	sum, out := runMakeDemo(t, ctx, dir)
 	t.Logf("demo ran in %s", sum.Elapsed.Round(time.Second))
 	if !sum.ArgoCD {
-		t.Errorf("the demo fell back to its sync loop: Argo CD did not run\n%s", out.String())
+		t.Errorf("the demo fell back to its sync loop: Argo CD did not run\n%s", out)
 	} else if !strings.HasPrefix(sum.ArgoCDVersion, "v3.") {
 		t.Errorf("the demo ran Argo CD %s, want v3 by default", sum.ArgoCDVersion)
 	}
@@ -49,7 +47,7 @@ func TestDemo(t *testing.T) {
 		rows[r.Stage] = r
 	}
 	if _, _, err := locateKargo(); err == nil {
-		checkKargoDemo(t, ctx, dir, sum, rows, out.String())
+		checkKargoDemo(t, ctx, dir, sum, rows, out)
 		return
 	}
 	for _, stage := range []string{"test", "prod"} {
@@ -77,8 +75,8 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"set-commit", "argocd-update", "Kargo is not run", "release 3 stopped at dev: StackStalled", "Summary", "KUBECONFIG=" + sum.Kubeconfig} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }
@@ -139,5 +137,84 @@ func checkKargoDemo(t *testing.T, ctx context.Context, dir string, sum *Summary,
 	}
 	if strings.Contains(out, "Kargo is not run") || strings.Contains(out, "did not run") {
 		t.Errorf("the output says Kargo did not run:\n%s", out)
+	}
+}
+
+// runMakeDemo runs `make demo` in the repository root with the demo's state
+// in dir and returns its summary and output. The environment is the test's
+// minus what the suite exports: a user's shell has none of it. STACKFLOW_CACHE
+// is kept when set, as it is the user's own choice of where the substrate
+// lives (the suite never sets it), and so are Go's own variables.
+func runMakeDemo(t *testing.T, ctx context.Context, dir string) (*Summary, string) {
+	t.Helper()
+	root := repoRoot(t)
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	args := fmt.Sprintf("--yes --exit --plain --dir %s --summary-json %s", dir, summary)
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "demo", "DEMO_ARGS="+args)
+	cmd.Dir = root
+	cmd.Env = cleanEnv(os.Environ())
+	// make and the demo it execs share a process group, so a timeout stops
+	// the demo's control plane, Argo CD and Kargo with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("make demo: %v\n%s", err, out.String())
+	}
+	b, err := os.ReadFile(summary)
+	if err != nil {
+		t.Fatalf("make demo wrote no summary: %v\n%s", err, out.String())
+	}
+	var sum Summary
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatalf("the demo's summary: %v\n%s", err, b)
+	}
+	return &sum, out.String()
+}
+
+// cleanEnv is env without the variables the test suite exports (make test
+// evaluates hack/substrate.sh env) and without make's own, which would make
+// the inner make a sub-make of the suite's.
+func cleanEnv(env []string) []string {
+	var kept []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "STACKFLOW_CACHE":
+		case strings.HasPrefix(name, "STACKFLOW_"), name == "KUBEBUILDER_ASSETS", name == "KUBECONFIG",
+			name == "MAKEFLAGS", name == "MFLAGS", name == "MAKELEVEL", name == "MAKEOVERRIDES":
+			continue
+		}
+		kept = append(kept, kv)
+	}
+	return kept
+}
+
+// repoRoot is the directory of go.mod, where the Makefile is.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+func TestCleanEnvDropsWhatTheSuiteExports(t *testing.T) {
+	got := cleanEnv([]string{"PATH=/bin", "HOME=/h", "STACKFLOW_ARGOCD3=/c/a", "STACKFLOW_CACHE=/c", "KUBEBUILDER_ASSETS=/k", "MAKEFLAGS=-j2", "GOFLAGS=-mod=mod", "STACKFLOW_KARGO=/c/k"})
+	want := []string{"PATH=/bin", "HOME=/h", "STACKFLOW_CACHE=/c", "GOFLAGS=-mod=mod"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("cleanEnv = %q, want %q", got, want)
 	}
 }
