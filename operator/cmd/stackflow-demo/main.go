@@ -22,17 +22,21 @@ import (
 )
 
 func main() {
+	// A flag set of its own: the one of package flag also holds what
+	// dependencies register in init (glog's -log_dir…, controller-runtime's
+	// -kubeconfig), which mean nothing here and would crowd -h.
+	fs := flag.NewFlagSet("stackflow-demo", flag.ExitOnError)
 	var o demo.Options
-	flag.StringVar(&o.Dir, "dir", ".demo", "directory for the run's state: kubeconfig, repositories, backend, Argo CD logs (wiped at start)")
-	flag.StringVar(&o.Examples, "examples", "", "the Argo CD layout to roll out (appproject.yaml, applications/<stage>.yaml, environments/<stage>/); default: the repository's examples/argocd")
-	flag.BoolVar(&o.Yes, "yes", false, "promote to prod without asking for approval")
-	argoVersion := flag.String("argocd-version", string(argocd.V3), "the Argo CD to run: 3 (the newest v3 the substrate builds) or 2.14")
-	exit := flag.Bool("exit", false, "exit after the summary instead of keeping the control plane running for kubectl")
-	plain := flag.Bool("plain", false, "print the table whenever it changes instead of redrawing it in place")
-	verbose := flag.Bool("verbose", false, "log the operator's and the analysis service's work")
-	summaryJSON := flag.String("summary-json", "", "also write the run's summary (the final table, the releases, which Argo CD and Kargo ran) as JSON to this file, for scripts")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), `Usage: stackflow-demo [flags]
+	fs.StringVar(&o.Dir, "dir", ".demo", "directory for the run's state: kubeconfig, repositories, backend, Argo CD logs (wiped at start)")
+	fs.StringVar(&o.Examples, "examples", "", "the Argo CD layout to roll out (appproject.yaml, applications/<stage>.yaml, environments/<stage>/); default: the repository's examples/argocd")
+	fs.BoolVar(&o.Yes, "yes", false, "promote to prod without asking for approval")
+	argoVersion := fs.String("argocd-version", string(argocd.V3), "the Argo CD to run: 3 (the newest v3 the substrate builds) or 2.14")
+	exit := fs.Bool("exit", false, "exit after the summary instead of keeping the control plane running for kubectl")
+	plain := fs.Bool("plain", false, "print the table whenever it changes instead of redrawing it in place")
+	verbose := fs.Bool("verbose", false, "log the operator's and the analysis service's work")
+	summaryJSON := fs.String("summary-json", "", "also write the run's summary (the final table, the releases, which Argo CD and Kargo ran) as JSON to this file, for scripts")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: stackflow-demo [flags]
 
 Starts a local control plane, the Stackflow operator, the analysis service and
 Argo CD (v3 by default; --argocd-version 2.14 runs v2.14); creates a program repository and a manifests repository laid out as
@@ -41,9 +45,9 @@ steps (asking before prod), then shows a broken release 3 stopped at dev.
 
 Flags:
 `)
-		flag.PrintDefaults()
+		fs.PrintDefaults()
 	}
-	flag.Parse()
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: -h and bad flags exit
 	v, err := argocd.ParseVersion(*argoVersion)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stackflow-demo:", err)

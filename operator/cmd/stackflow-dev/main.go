@@ -18,12 +18,28 @@ import (
 )
 
 func main() {
+	// A flag set of its own: the one of package flag also holds what
+	// dependencies register in init (glog's -log_dir…, controller-runtime's
+	// -kubeconfig), which mean nothing here and would crowd -h.
+	fs := flag.NewFlagSet("stackflow-dev", flag.ExitOnError)
 	var opts devenv.Options
-	noSample := flag.Bool("no-sample", false, "do not create the sample repository and Stack")
-	flag.StringVar(&opts.Dir, "dir", ".run", "directory for the run's state (wiped at start)")
-	flag.DurationVar(&opts.UntilReady, "until-ready", 0, "exit once the sample Stack is Ready, failing after this long (0: run until Ctrl-C)")
-	verbose := flag.Bool("verbose", false, "log the operator's reconciles")
-	flag.Parse()
+	noSample := fs.Bool("no-sample", false, "do not create the sample repository and Stack")
+	fs.StringVar(&opts.Dir, "dir", ".run", "directory for the run's state (wiped at start)")
+	fs.DurationVar(&opts.UntilReady, "until-ready", 0, "exit once the sample Stack is Ready, failing after this long (0: run until Ctrl-C)")
+	verbose := fs.Bool("verbose", false, "log the operator's reconciles")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: stackflow-dev [flags]   (make run RUN_ARGS="…")
+
+Starts a local control plane (kube-apiserver and etcd), the Stackflow
+operator with the local workspace runtime, a file:// Pulumi backend, and a
+sample Stack tracking a git repository it creates and serves on loopback;
+prints what it does and a kubeconfig for kubectl. Ctrl-C stops everything.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: -h and bad flags exit
 	opts.Sample = !*noSample
 	opts.Out = os.Stdout
 	level := zapcore.ErrorLevel
