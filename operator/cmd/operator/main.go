@@ -32,8 +32,8 @@ func main() {
 		Scheme: operator.Scheme(),
 		Cache:  operator.CacheOptions(opts.WatchNamespaces),
 		// Deprecated because a manager may live shorter than its process;
-		// this one does not, and the broadcaster ends with ctx.
-		EventBroadcaster: operator.EventBroadcaster(ctx), //nolint:staticcheck
+		// this one does not (see operator.EventBroadcaster).
+		EventBroadcaster: operator.EventBroadcaster(), //nolint:staticcheck
 		// Served by operator.AddMetricsServer and AddProbeServer instead,
 		// with read and write timeouts.
 		Metrics:                metricsserver.Options{BindAddress: "0"},

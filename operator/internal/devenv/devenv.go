@@ -191,7 +191,7 @@ func Start(ctx context.Context, o LocalOptions) (_ *Local, err error) {
 	l.ctx, l.stop = context.WithCancel(ctx)
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:            operator.CacheOptions(o.WatchNamespaces),
-		EventBroadcaster: operator.EventBroadcaster(l.ctx), //nolint:staticcheck // ends with l.ctx, as the manager does
+		EventBroadcaster: operator.EventBroadcaster(), //nolint:staticcheck // as the operator binary's
 	})
 	if err != nil {
 		return nil, err

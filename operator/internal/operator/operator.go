@@ -451,10 +451,16 @@ func (everyReplica) NeedLeaderElection() bool          { return false }
 const eventCacheSize = 512
 
 // EventBroadcaster is the broadcaster the manager records events with
-// (ctrl.Options.EventBroadcaster), with bounded correlator caches; it shuts
-// down when ctx ends (the manager does not stop a broadcaster it was given).
-func EventBroadcaster(ctx context.Context) record.EventBroadcaster {
-	return record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCacheSize}))
+// (ctrl.Options.EventBroadcaster), with bounded correlator caches. It lives
+// as long as the process and is never shut down: the manager hands a given
+// broadcaster to two event recorder providers (its own and its cluster's),
+// which never stop it, and the cluster's starts it only while the manager
+// stops, so a broadcaster shut down when the manager's Start returns (or
+// when its context ends) makes that start log "Unable start event watcher
+// (will not retry!)". One broadcaster per manager, and one manager per
+// process (tests start several: each keeps a few idle goroutines).
+func EventBroadcaster() record.EventBroadcaster {
+	return record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCacheSize}))
 }
 
 // CacheOptions limits the manager's caches (and so its watches, RBAC needs and

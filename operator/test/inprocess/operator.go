@@ -27,8 +27,8 @@ func StartOperator(t testing.TB, cfg *rest.Config, opts operator.Options) (op *o
 		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:      operator.CacheOptions(opts.WatchNamespaces),
 		Controller: config.Controller{SkipNameValidation: &skip},
-		// As the operator binary's; it ends with ctx, as the manager does.
-		EventBroadcaster: operator.EventBroadcaster(ctx), //nolint:staticcheck
+		// As the operator binary's (see operator.EventBroadcaster).
+		EventBroadcaster: operator.EventBroadcaster(), //nolint:staticcheck
 	})
 	if err != nil {
 		cancel()
