@@ -5,11 +5,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -121,10 +122,10 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 		notes = append(notes, "spec.preview is true: the operator only previews this Stack, so merging changes no infrastructure.")
 	}
 
-	for _, k := range sortedKeys(s.Spec.Config) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.Config)) {
 		req.Config[k] = preview.ConfigValue{Value: string(s.Spec.Config[k].Raw), JSON: true}
 	}
-	for _, k := range sortedKeys(s.Spec.ConfigRef) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.ConfigRef)) {
 		ref := s.Spec.ConfigRef[k]
 		cmKey := key(s.Namespace, ref.Name)
 		v, ok := configMapValue(tree, cmKey, ref.Key)
@@ -134,10 +135,10 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 		}
 		req.Config[k] = preview.ConfigValue{Value: v, JSON: ref.JSON != nil && *ref.JSON}
 	}
-	for _, k := range sortedKeys(s.Spec.Secrets) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.Secrets)) {
 		req.Config[k] = preview.ConfigValue{Value: s.Spec.Secrets[k], Secret: true}
 	}
-	for _, k := range sortedKeys(s.Spec.SecretRefs) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.SecretRefs)) {
 		ref := s.Spec.SecretRefs[k]
 		if ref.SelectorType == pulumiv1.ResourceSelectorLiteral && ref.LiteralRef != nil {
 			req.Config[k] = preview.ConfigValue{Value: ref.LiteralRef.Value, Secret: true}
@@ -145,7 +146,7 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 		}
 		unresolved("secretsRef %s (%s): the preview runs without it (the stack's stored value, if any, applies).", k, describeRef(ref))
 	}
-	for _, k := range sortedKeys(s.Spec.EnvRefs) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.EnvRefs)) {
 		ref := s.Spec.EnvRefs[k]
 		if ref.SelectorType == pulumiv1.ResourceSelectorLiteral && ref.LiteralRef != nil {
 			if err := checkVariable("envRefs", k, ref.LiteralRef.Value, o.Backends); err != nil {
@@ -162,7 +163,7 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 			unresolved("envs: ConfigMap %s is not in the manifests; the preview runs without its variables.", key(s.Namespace, name))
 			continue
 		}
-		for _, k := range sortedKeys(cm.Data) {
+		for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
 			if err := checkVariable("envs ConfigMap "+key(s.Namespace, name)+" variable", k, cm.Data[k], o.Backends); err != nil {
 				return refused(err)
 			}
@@ -450,13 +451,4 @@ func renderProgram(p *pulumiv1.Program) ([]byte, error) {
 		return head, nil
 	}
 	return append(head, body...), nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

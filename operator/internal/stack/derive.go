@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,10 +78,10 @@ func Config(s *pulumiv1.Stack, in Inputs) ([]autov1alpha1.ConfigItem, []corev1.E
 	var items []autov1alpha1.ConfigItem
 	var env []corev1.EnvVar
 	t := true
-	for _, k := range sortedKeys(s.Spec.Config) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.Config)) {
 		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: canonicalJSON(s.Spec.Config[k].Raw)})
 	}
-	for _, k := range sortedKeys(s.Spec.ConfigRef) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.ConfigRef)) {
 		ref := s.Spec.ConfigRef[k]
 		raw, ok := in.ConfigMapValues[k]
 		if !ok {
@@ -96,7 +98,7 @@ func Config(s *pulumiv1.Stack, in Inputs) ([]autov1alpha1.ConfigItem, []corev1.E
 		b, _ := json.Marshal(val)
 		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: &apiextensionsv1.JSON{Raw: b}})
 	}
-	for _, k := range sortedKeys(s.Spec.SecretRefs) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.SecretRefs)) {
 		ref := s.Spec.SecretRefs[k]
 		item := autov1alpha1.ConfigItem{Key: k, Secret: &t}
 		switch ref.SelectorType {
@@ -117,7 +119,7 @@ func Config(s *pulumiv1.Stack, in Inputs) ([]autov1alpha1.ConfigItem, []corev1.E
 		}
 		items = append(items, item)
 	}
-	for _, k := range sortedKeys(s.Spec.Secrets) {
+	for _, k := range slices.Sorted(maps.Keys(s.Spec.Secrets)) {
 		b, _ := json.Marshal(s.Spec.Secrets[k])
 		items = append(items, autov1alpha1.ConfigItem{Key: k, Value: &apiextensionsv1.JSON{Raw: b}, Secret: &t})
 	}
@@ -135,7 +137,7 @@ func Env(s *pulumiv1.Stack) ([]corev1.EnvVar, []corev1.EnvFromSource, error) {
 	if s.Spec.AccessTokenSecret != "" {
 		env = append(env, secretEnv("PULUMI_ACCESS_TOKEN", s.Spec.AccessTokenSecret, AccessTokenKey))
 	}
-	for _, name := range sortedKeys(s.Spec.EnvRefs) {
+	for _, name := range slices.Sorted(maps.Keys(s.Spec.EnvRefs)) {
 		ref := s.Spec.EnvRefs[name]
 		switch ref.SelectorType {
 		case pulumiv1.ResourceSelectorSecret:
@@ -403,15 +405,6 @@ func mergeSpec[T any](base T, patch *T, schema T) (T, error) {
 	}
 	err = json.Unmarshal(merged, &out)
 	return out, err
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // canonicalJSON re-encodes a JSON value compactly with sorted keys.

@@ -2,6 +2,8 @@ package stack
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,18 +125,18 @@ func Refs(s *pulumiv1.Stack) []Ref {
 	for i, name := range spec.Envs {
 		refs = append(refs, Ref{Field: FieldEnvs, Entry: strconv.Itoa(i), Kind: KindConfigMap, Name: name})
 	}
-	for _, k := range sortedKeys(spec.EnvRefs) {
+	for _, k := range slices.Sorted(maps.Keys(spec.EnvRefs)) {
 		r := spec.EnvRefs[k]
 		resource(FieldEnvRefs, k, &r)
 	}
 	for i, name := range spec.SecretEnvs {
 		refs = append(refs, Ref{Field: FieldEnvSecrets, Entry: strconv.Itoa(i), Kind: KindSecret, Name: name})
 	}
-	for _, k := range sortedKeys(spec.ConfigRef) {
+	for _, k := range slices.Sorted(maps.Keys(spec.ConfigRef)) {
 		r := spec.ConfigRef[k]
 		refs = append(refs, Ref{Field: FieldConfigRef, Entry: k, Kind: KindConfigMap, Name: r.Name, Key: r.Key})
 	}
-	for _, k := range sortedKeys(spec.SecretRefs) {
+	for _, k := range slices.Sorted(maps.Keys(spec.SecretRefs)) {
 		r := spec.SecretRefs[k]
 		resource(FieldSecretsRef, k, &r)
 	}
