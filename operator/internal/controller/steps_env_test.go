@@ -327,3 +327,8 @@ func conditionsOf(obj conditioned) string {
 	}
 	return b.String()
 }
+
+// findCondition is obj's condition typ, or nil.
+func findCondition(obj conditioned, typ string) *metav1.Condition {
+	return apimeta.FindStatusCondition(*obj.GetConditions(), typ)
+}
