@@ -26,7 +26,6 @@ require (
 	k8s.io/apiextensions-apiserver v0.35.0
 	k8s.io/apimachinery v0.35.4
 	k8s.io/client-go v0.35.4
-	k8s.io/pod-security-admission v0.35.4
 	sigs.k8s.io/cli-utils v0.37.2
 	sigs.k8s.io/controller-runtime v0.23.3
 	sigs.k8s.io/kustomize/api v0.20.1
@@ -214,6 +213,7 @@ require (
 	k8s.io/controller-manager v0.34.5 // indirect
 	k8s.io/kube-aggregator v0.34.0 // indirect
 	k8s.io/kubectl v0.34.5 // indirect
+	k8s.io/pod-security-admission v0.35.4 // indirect
 	layeh.com/gopher-json v0.0.0-20190114024228-97fed8db8427 // indirect
 	lukechampine.com/frand v1.4.2 // indirect
 	oras.land/oras-go/v2 v2.5.0 // indirect
