@@ -19,7 +19,7 @@ var clusterRoleNeeds = map[string]string{
 	"pulumi.com/stacks watch":        "the Stack informer (For, and the prerequisite watch)",
 	"pulumi.com/stacks update":       "reconcileFinalizer adds and stack_delete.go removes finalizer.stack.pulumi.com",
 	"pulumi.com/stacks patch":        "NotePush sets the push annotation (webhook); requestResync sets a prerequisite's reconcile request annotation",
-	"pulumi.com/stacks/status patch": "StackReconciler.finish: the one status merge patch per reconcile",
+	"pulumi.com/stacks/status patch": "StackReconciler's one status merge patch per reconcile (the finisher, finisher.go)",
 	"pulumi.com/stacks/finalizers update": "the Stack's Workspace and Updates carry controller references with blockOwnerDeletion " +
 		"(SetControllerReference in reconcileWorkspace, stack_updates.go startUpdate), which OwnerReferencesPermissionEnforcement checks against the owner's finalizers",
 
