@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -30,6 +31,16 @@ type Pool struct {
 	// tokens, when set, authenticates every call (the operator's own
 	// ServiceAccount token) instead of a per-workspace token.
 	tokens TokenSource
+	// dial, when set, connects to agents instead of the network.
+	dial func(ctx context.Context, address string) (net.Conn, error)
+}
+
+// WithDialer makes the pool connect to every agent address through dial,
+// given the address as the Workspace reports it (tests serve an in-process
+// agent over google.golang.org/grpc/test/bufconn). It returns p.
+func (p *Pool) WithDialer(dial func(ctx context.Context, address string) (net.Conn, error)) *Pool {
+	p.dial = dial
+	return p
 }
 
 // NewPool returns an empty pool authenticating with each workspace's own
@@ -108,7 +119,12 @@ func (p *Pool) Get(address, token string) (agentv1.AgentClient, error) {
 	if cc, ok := p.conns[key]; ok {
 		return agentv1.NewAgentClient(cc), nil
 	}
-	cc, err := grpc.NewClient(address, dialOptions(creds)...)
+	target, opts := address, dialOptions(creds)
+	if p.dial != nil {
+		// passthrough: the dialer gets the address itself, unresolved.
+		target, opts = "passthrough:///"+address, append(opts, grpc.WithContextDialer(p.dial))
+	}
+	cc, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to agent at %s: %w", address, err)
 	}

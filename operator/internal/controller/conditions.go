@@ -1,47 +1,78 @@
 package controller
 
 import (
-	"context"
-
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// setCondition sets a condition, keeping its transition time when the status
-// does not change.
-func setCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
-	apimeta.SetStatusCondition(conds, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+// conditioned is an API object whose status holds conditions (Stack,
+// Workspace and Update implement it; a Program has none).
+type conditioned interface {
+	client.Object
+	GetConditions() *[]metav1.Condition
+}
+
+// setCondition sets one of o's conditions for o's current generation,
+// keeping its transition time when the status does not change.
+func setCondition(o conditioned, typ string, status metav1.ConditionStatus, reason, message string) {
+	apimeta.SetStatusCondition(o.GetConditions(), metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: o.GetGeneration(),
 	})
 }
 
-// writeStatus is a reconcile's one status write: a merge patch of obj's status
-// against base, sent only when changed. retErr keeps the reconcile's own error
-// first; an object deleted meanwhile is not an error.
-func writeStatus(ctx context.Context, c client.Client, base, obj client.Object, changed bool, retErr *error) {
-	if !changed {
-		return
-	}
-	if err := c.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil && *retErr == nil {
-		*retErr = client.IgnoreNotFound(err)
+// removeCondition removes one of o's conditions.
+func removeCondition(o conditioned, typ string) {
+	apimeta.RemoveStatusCondition(o.GetConditions(), typ)
+}
+
+// Condition types every kstatus kind shares (PKO's names).
+const (
+	readyCondition       = "Ready"
+	reconcilingCondition = "Reconciling"
+	stalledCondition     = "Stalled"
+)
+
+// kstatusConditions is how a kind spells the three kstatus states: Ready
+// always present; Reconciling (when the kind has it) and Stalled only while
+// true. The markers are the one way a controller writes them.
+type kstatusConditions struct {
+	// reconciling is whether the kind has a Reconciling condition: a Stack
+	// does; a Workspace says it progresses on Ready (False) alone.
+	reconciling bool
+	// inProgressReason and stalledReason are Ready's reason while
+	// reconciling or stalled, the step's own reason going on Reconciling or
+	// Stalled (a Stack's NotReadyInProgress and NotReadyStalled); empty, the
+	// step's reason is Ready's too (a Workspace).
+	inProgressReason, stalledReason string
+}
+
+// markReady: the object is as its spec asks.
+func (k kstatusConditions) markReady(o conditioned, reason, msg string) {
+	removeCondition(o, reconcilingCondition)
+	removeCondition(o, stalledCondition)
+	setCondition(o, readyCondition, metav1.ConditionTrue, reason, msg)
+}
+
+// markReconciling: the controller works toward Ready.
+func (k kstatusConditions) markReconciling(o conditioned, reason, msg string) {
+	removeCondition(o, stalledCondition)
+	setCondition(o, readyCondition, metav1.ConditionFalse, or(k.inProgressReason, reason), msg)
+	if k.reconciling {
+		setCondition(o, reconcilingCondition, metav1.ConditionTrue, reason, msg)
 	}
 }
 
-// writeStatusLocked is writeStatus with optimistic locking: a reconcile that
-// worked from a stale copy of the object fails (and is retried on the stored
-// one) instead of overwriting a newer status. It reports whether the status
-// is stored as computed (written, or unchanged), so events derived from the
-// change are sent once.
-func writeStatusLocked(ctx context.Context, c client.Client, base, obj client.Object, changed bool, retErr *error) bool {
-	if !changed {
-		return true
+// markStalled: the object cannot progress until someone acts.
+func (k kstatusConditions) markStalled(o conditioned, reason, msg string) {
+	removeCondition(o, reconcilingCondition)
+	setCondition(o, readyCondition, metav1.ConditionFalse, or(k.stalledReason, reason), msg)
+	setCondition(o, stalledCondition, metav1.ConditionTrue, reason, msg)
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
 	}
-	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		if *retErr == nil {
-			*retErr = client.IgnoreNotFound(err)
-		}
-		return false
-	}
-	return true
+	return b
 }

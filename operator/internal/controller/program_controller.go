@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -63,7 +62,7 @@ func (r *ProgramReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&pulumiv1.Program{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(quietConflicts(r))
+		Complete(r)
 }
 
 // Programs: cached reads, the finalizer (Update), the status patch. A
@@ -72,53 +71,57 @@ func (r *ProgramReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=pulumi.com,resources=programs/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
-// Reconcile converges one Program: its current content published, older
-// artifacts pruned; all of them removed when it is deleted.
-func (r *ProgramReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+// Reconcile converges one Program: its current content published; the
+// finisher writes the status, then older artifacts are pruned; all of them
+// are removed when it is deleted.
+func (r *ProgramReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	p := &pulumiv1.Program{}
 	if err := r.Get(ctx, req.NamespacedName, p); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	base := p.DeepCopy()
-	defer func() {
-		if err := r.patchStatus(ctx, base, p); err != nil {
-			if retErr == nil {
-				retErr = err
-			}
-			return
-		}
-		// Older artifacts go only once the stored status no longer points at
-		// one of them, so a Stack reading status.artifact never gets a 404
-		// for the artifact it was just told about.
-		if retErr == nil && p.DeletionTimestamp.IsZero() && p.Status.Artifact != nil {
-			if err := r.Store.Prune(ProgramArtifactKind, p.Namespace, p.Name, p.Status.Artifact.Digest); err != nil {
-				retErr = fmt.Errorf("prune older artifacts: %w", err)
-			}
-		}
-	}()
-
+	steps := []step[*pulumiv1.Program]{r.reconcileFinalizer, r.reconcileArtifact}
 	if !p.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, p)
+		steps = []step[*pulumiv1.Program]{r.reconcileDelete}
 	}
-	if controllerutil.AddFinalizer(p, ProgramFinalizer) {
-		if err := r.Update(ctx, p); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+	outcome := runSteps(ctx, p, steps...)
+	return r.finisher().finish(ctx, base, p, outcome, func(context.Context) error {
+		// Older artifacts go only once the stored status no longer points
+		// at one of them, so a Stack reading status.artifact never gets a
+		// 404 for the artifact it was just told about.
+		if outcome != nil || p.Status.Artifact == nil {
+			return nil
 		}
-	}
-	return ctrl.Result{}, r.reconcileArtifact(ctx, p)
+		if err := r.Store.Prune(ProgramArtifactKind, p.Namespace, p.Name, p.Status.Artifact.Digest); err != nil {
+			return fmt.Errorf("prune older artifacts: %w", err)
+		}
+		return nil
+	})
 }
 
-// patchStatus writes the status when it changed, as a merge patch of the
-// status alone (the object's metadata may have moved on since it was read:
-// the finalizer).
-func (r *ProgramReconciler) patchStatus(ctx context.Context, base, p *pulumiv1.Program) error {
-	if equality.Semantic.DeepEqual(base.Status, p.Status) {
-		return nil
+// finisher ends every Program reconcile (see finisher). A Program has no
+// conditions (nor has PKO's): Ready is its artifact for the generation it
+// observed.
+func (r *ProgramReconciler) finisher() *finisher[*pulumiv1.Program] {
+	return &finisher[*pulumiv1.Program]{kind: "program", client: r.Client, recorder: r.Recorder, report: reportProgram,
+		spell: spelling[*pulumiv1.Program]{ready: func(p *pulumiv1.Program, _ string) { p.Status.ObservedGeneration = p.Generation }}}
+}
+
+// reportProgram records an ArtifactPublished event when the stored
+// artifact's content (its digest) changed.
+func reportProgram(rec record.EventRecorder, before, after *pulumiv1.Program) {
+	a := after.Status.Artifact
+	if a == nil || (before.Status.Artifact != nil && before.Status.Artifact.Digest == a.Digest) {
+		return
 	}
-	from := p.DeepCopy()
-	from.Status = *base.Status.DeepCopy()
-	if err := r.Status().Patch(ctx, p, client.MergeFrom(from)); err != nil {
-		return client.IgnoreNotFound(err)
+	rec.Eventf(after, corev1.EventTypeNormal, ProgramReasonArtifactPublished, "Published revision %s at %s", a.Revision, a.URL)
+}
+
+func (r *ProgramReconciler) reconcileFinalizer(ctx context.Context, p *pulumiv1.Program) error {
+	if controllerutil.AddFinalizer(p, ProgramFinalizer) {
+		if err := r.Update(ctx, p); err != nil {
+			return fmt.Errorf("add finalizer: %w", err)
+		}
 	}
 	return nil
 }
@@ -126,22 +129,23 @@ func (r *ProgramReconciler) patchStatus(ctx context.Context, base, p *pulumiv1.P
 // reconcileDelete removes the Program's artifacts, then its finalizer.
 func (r *ProgramReconciler) reconcileDelete(ctx context.Context, p *pulumiv1.Program) error {
 	if !controllerutil.ContainsFinalizer(p, ProgramFinalizer) {
-		return nil
+		return errGone
 	}
 	if err := r.Store.Remove(ProgramArtifactKind, p.Namespace, p.Name); err != nil {
 		return fmt.Errorf("remove artifacts: %w", err)
 	}
 	log.FromContext(ctx).Info("Removed the program's artifacts")
 	controllerutil.RemoveFinalizer(p, ProgramFinalizer)
-	if err := r.Update(ctx, p); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
+	if err := r.Update(ctx, p); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove finalizer: %w", err)
 	}
-	return nil
+	return errGone
 }
 
 // reconcileArtifact renders the Program's Pulumi.yaml, publishes its tarball
 // and records it in the status. Publishing the same content again is a no-op
-// in the store; lastUpdateTime and the event only follow a change of digest.
+// in the store; lastUpdateTime and the event (reportProgram) only follow a
+// change of digest.
 func (r *ProgramReconciler) reconcileArtifact(ctx context.Context, p *pulumiv1.Program) error {
 	tarball, err := ProgramTarball(p)
 	if err != nil {
@@ -166,11 +170,8 @@ func (r *ProgramReconciler) reconcileArtifact(ctx context.Context, p *pulumiv1.P
 		LastUpdateTime: updated,
 		Size:           &size,
 	}
-	p.Status.ObservedGeneration = p.Generation
 	if changed {
-		log.FromContext(ctx).Info("Published artifact", "revision", p.Status.Artifact.Revision, "url", a.URL, "size", a.Size)
-		r.Recorder.Eventf(p, corev1.EventTypeNormal, ProgramReasonArtifactPublished,
-			"Published revision %s at %s", p.Status.Artifact.Revision, a.URL)
+		log.FromContext(ctx).Info("Publishing artifact", "revision", p.Status.Artifact.Revision, "url", a.URL, "size", a.Size)
 	}
 	return nil
 }

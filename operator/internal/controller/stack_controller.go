@@ -3,23 +3,16 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/stackflow-io/stackflow/internal/conditions"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
@@ -90,100 +83,6 @@ func secretPoll(s *pulumiv1.Stack, requeue, interval time.Duration) time.Duratio
 	return requeue
 }
 
-// SetupWithManager registers the controller and its watches.
-func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Resolve == nil {
-		r.Resolve = gitresolve.Branch
-	}
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
-	if r.SecretPollInterval == 0 {
-		r.SecretPollInterval = DefaultSecretPoll
-	}
-	registerStackStates.Do(func() { metrics.Registry.MustRegister(stackStates{reader: mgr.GetClient()}) })
-	if err := indexStacks(mgr.GetFieldIndexer()); err != nil {
-		return err
-	}
-	c, err := ctrl.NewControllerManagedBy(mgr).
-		For(&pulumiv1.Stack{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&autov1alpha1.Workspace{}).
-		Owns(&autov1alpha1.Update{}).
-		// A Stack's status change wakes the Stacks that list it as a
-		// prerequisite.
-		Watches(&pulumiv1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.indexed(prerequisiteField, objectName))).
-		// A Program's new artifact wakes the Stacks that use it.
-		Watches(&pulumiv1.Program{}, handler.EnqueueRequestsFromMapFunc(r.indexed(programRefField, objectName))).
-		// A ConfigMap a Stack refers to appearing or changing wakes it: a
-		// Stack stalled on a missing reference recovers by itself. Secrets
-		// are not watched (the role grants no list or watch of Secrets, which
-		// would read every Secret of the cluster): a Stack reading Secrets
-		// reads them again every SecretPollInterval (secretPoll).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField, objectName))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
-		Build(quietConflicts(r))
-	if err != nil {
-		return err
-	}
-	// Flux sources are watched once their CRDs are served (Flux may be
-	// installed after the operator, or never).
-	return mgr.Add(&fluxWatcher{ctrl: c, cache: mgr.GetCache(), config: mgr.GetConfig(), mapFunc: r.indexed(fluxSourceField, fluxObjectKey)})
-}
-
-// NotePush records a verified push on every Stack tracking the pushed branch
-// of the repository (given in any of its URL forms), as the PushAnnotation
-// with the push's token, and returns how many it marked. The annotation change
-// reconciles each Stack on the leader, whichever replica received the push,
-// and a push is not lost when the leader changes; the first reconcile lists
-// the repository afresh for all of them (gitresolve.Shared.InvalidateOnce).
-func (r *StackReconciler) NotePush(ctx context.Context, urls []string, branch, token string) (int, error) {
-	n := 0
-	seen := map[string]bool{}
-	for _, u := range urls {
-		key := gitresolve.NormalizeURL(u)
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		var list pulumiv1.StackList
-		if err := r.List(ctx, &list, client.MatchingFields{repositoryField: key}); err != nil {
-			return n, fmt.Errorf("list the Stacks of a pushed repository: %w", err)
-		}
-		for i := range list.Items {
-			s := &list.Items[i]
-			if strings.TrimPrefix(s.Spec.Branch, "refs/heads/") != branch {
-				continue
-			}
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, PushAnnotation, token)
-			if err := r.Patch(ctx, s, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
-				return n, fmt.Errorf("mark stack %s/%s: %w", s.Namespace, s.Name, err)
-			}
-			n++
-		}
-	}
-	return n, nil
-}
-
-// Stacks: cached reads, the finalizer (Update), push and resync request
-// annotations (Patch), the one status patch; finalizers/update for the
-// blockOwnerDeletion references of its Workspace and Updates. Updates are
-// created, released (Patch of the result finalizer) and old drift checks
-// deleted; the Workspace created, updated and deleted. Referenced ConfigMaps
-// are watched, referenced Secrets read by name (never cached or watched).
-// +kubebuilder:rbac:groups=pulumi.com,resources=stacks,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=pulumi.com,resources=stacks/status,verbs=patch
-// +kubebuilder:rbac:groups=pulumi.com,resources=stacks/finalizers,verbs=update
-// +kubebuilder:rbac:groups=pulumi.com,resources=programs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-
 // stackScope is what one reconcile of a Stack has learned so far.
 type stackScope struct {
 	stack    *pulumiv1.Stack
@@ -191,66 +90,28 @@ type stackScope struct {
 	inputs   stack.Inputs
 	ws       *autov1alpha1.Workspace
 	decision stack.Decision
-	// requeue is when an up-to-date Stack looks again.
-	requeue time.Duration
-	// skipStatus: the Stack read from the cache is older than the stored
-	// one; writing its status would fail, so the reconcile only requeues.
-	skipStatus bool
 }
-
-// stackStep is one reconcile step: nil to go on, or an error that ends the
-// reconcile (see summarize).
-type stackStep func(ctx context.Context, sc *stackScope) error
 
 // Reconcile converges one Stack: record the update that finished, resolve
 // the source and inputs, derive the Workspace, decide, then wait for
 // prerequisites and the workspace and start an update. Every fact a decision
-// needs is in the Stack's status, written once at the end.
-func (r *StackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+// needs is in the Stack's status, written once by the finisher, which then
+// releases the Updates whose results the stored status records.
+func (r *StackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &pulumiv1.Stack{}
 	if err := r.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	sc := &stackScope{stack: s}
-	base := s.DeepCopy()
-	defer func() { r.finish(ctx, base, sc, &retErr) }()
-
-	if !s.DeletionTimestamp.IsZero() {
-		return r.summarize(sc, r.reconcileDelete(ctx, sc))
-	}
-	for _, step := range []stackStep{
+	base, sc := s.DeepCopy(), &stackScope{stack: s}
+	steps := []step[*stackScope]{
 		r.reconcileFinalizer, r.reconcileCurrentUpdate, r.reconcileSource, r.reconcileInputs, r.reconcileWorkspaceSpec,
 		r.reconcileDecision, r.reconcilePrerequisites, r.reconcileWorkspace, r.reconcileStart,
-	} {
-		if err := step(ctx, sc); err != nil {
-			return r.summarize(sc, err)
-		}
 	}
-	return r.summarize(sc, nil)
-}
-
-// finish writes the status (once, with optimistic locking, so a reconcile
-// that worked from a stale copy cannot overwrite a newer status), then
-// mirrors the Ready condition as an event and releases the Updates whose
-// results the status now records.
-func (r *StackReconciler) finish(ctx context.Context, base *pulumiv1.Stack, sc *stackScope, retErr *error) {
-	s := sc.stack
-	if sc.skipStatus {
-		return
+	if !s.DeletionTimestamp.IsZero() {
+		steps = []step[*stackScope]{r.reconcileDelete}
 	}
-	if !equality.Semantic.DeepEqual(base.Status, s.Status) {
-		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
-		if err := r.Status().Patch(ctx, s, patch); err != nil {
-			if *retErr == nil {
-				*retErr = client.IgnoreNotFound(err)
-			}
-			return
-		}
-	}
-	r.recordEvent(base, s)
-	if err := r.releaseUpdates(ctx, s); err != nil && *retErr == nil {
-		*retErr = err
-	}
+	return r.finisher().finish(ctx, base, s, runSteps(ctx, sc, steps...),
+		func(ctx context.Context) error { return r.releaseUpdates(ctx, s) })
 }
 
 func (r *StackReconciler) reconcileFinalizer(ctx context.Context, sc *stackScope) error {
@@ -301,11 +162,10 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, sc *stackScope)
 	sc.decision = d
 	switch d.Action {
 	case stack.UpToDate:
-		sc.requeue = secretPoll(s, d.RequeueAfter, r.SecretPollInterval)
 		if err := r.reclaimWorkspace(ctx, s); err != nil {
 			return err
 		}
-		return errUpToDate
+		return upToDate(secretPoll(s, d.RequeueAfter, r.SecretPollInterval))
 	case stack.Stall:
 		return &stallingError{reason: d.Condition, msg: d.Reason, requeue: d.RequeueAfter}
 	case stack.Retry:

@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -61,41 +62,59 @@ func (c stackStates) Collect(ch chan<- prometheus.Metric) {
 // several managers; the first one's cache serves).
 var registerStackStates sync.Once
 
-// Stack status is computed by these small functions; kstatus: Ready always,
-// Reconciling and Stalled only while true.
+// stackConditions: a Stack spells kstatus with PKO's condition names and
+// reasons: Reconciling and Stalled carry the step's reason, Ready a summary.
+var stackConditions = kstatusConditions{
+	reconciling: true, inProgressReason: pulumiv1.NotReadyInProgressReason, stalledReason: pulumiv1.NotReadyStalledReason,
+}
 
-func markReady(s *pulumiv1.Stack) {
+// stackStatus writes a reconcile's outcome in a Stack's status.
+var stackStatus = spelling[*pulumiv1.Stack]{
+	ready: func(s *pulumiv1.Stack, _ string) { markStackReady(s) },
+	waiting: func(s *pulumiv1.Stack, reason, msg string) {
+		if !s.DeletionTimestamp.IsZero() && !runningBeforeDestroy(s) {
+			reason = pulumiv1.ReconcilingDeletingReason
+		}
+		stackConditions.markReconciling(s, reason, msg)
+	},
+	stalled: markStackStalled,
+	transient: func(s *pulumiv1.Stack, err error) {
+		stackConditions.markReconciling(s, pulumiv1.ReconcilingTransientErrorReason, "retrying after an error: "+err.Error())
+	},
+}
+
+// finisher ends every Stack reconcile (see finisher).
+func (r *StackReconciler) finisher() *finisher[*pulumiv1.Stack] {
+	return &finisher[*pulumiv1.Stack]{kind: "stack", client: r.Client, recorder: r.Recorder, spell: stackStatus, report: reportStack}
+}
+
+func markStackReady(s *pulumiv1.Stack) {
 	lu := s.Status.LastUpdate
 	msg := "the stack is up to date"
 	if lu != nil {
 		msg = fmt.Sprintf("%s of %s succeeded", lu.Type, shortRev(lu.LastAttemptedCommit))
 	}
-	apimeta.RemoveStatusCondition(&s.Status.Conditions, pulumiv1.ReconcilingCondition)
-	apimeta.RemoveStatusCondition(&s.Status.Conditions, pulumiv1.StalledCondition)
-	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.ReadyCondition, metav1.ConditionTrue, pulumiv1.ReadyCompletedReason, msg)
+	stackConditions.markReady(s, pulumiv1.ReadyCompletedReason, msg)
 	s.Status.ObservedGeneration = s.Generation
 	s.Status.ObservedReconcileRequest = s.Annotations[pulumiv1.ReconcileRequestAnnotation]
 }
 
-func markReconciling(s *pulumiv1.Stack, reason, msg string) {
-	apimeta.RemoveStatusCondition(&s.Status.Conditions, pulumiv1.StalledCondition)
-	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.ReadyCondition, metav1.ConditionFalse, pulumiv1.NotReadyInProgressReason, msg)
-	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.ReconcilingCondition, metav1.ConditionTrue, reason, msg)
-}
-
-func markStalled(s *pulumiv1.Stack, reason, msg string) {
-	apimeta.RemoveStatusCondition(&s.Status.Conditions, pulumiv1.ReconcilingCondition)
-	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.ReadyCondition, metav1.ConditionFalse, pulumiv1.NotReadyStalledReason, msg)
-	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.StalledCondition, metav1.ConditionTrue, reason, msg)
+func markStackStalled(s *pulumiv1.Stack, reason, msg string) {
+	stackConditions.markStalled(s, reason, msg)
 	// The spec (and any reconcile request) was processed to a verdict the
 	// user must act on.
 	s.Status.ObservedGeneration = s.Generation
 	s.Status.ObservedReconcileRequest = s.Annotations[pulumiv1.ReconcileRequestAnnotation]
 }
 
-// recordEvent mirrors a change of the Ready condition (or of the reason
-// behind it) as an event: Warning for stalls and failures.
-func (r *StackReconciler) recordEvent(before, after *pulumiv1.Stack) {
+// reportStack mirrors a change of the Ready condition (or of the reason
+// behind it) as an event, Warning for stalls and failures, and counts a
+// newly recorded failed update.
+func reportStack(rec record.EventRecorder, before, after *pulumiv1.Stack) {
+	if lu := after.Status.LastUpdate; lu != nil && lu.State == pulumiv1.FailedStackStateMessage &&
+		(before.Status.LastUpdate == nil || before.Status.LastUpdate.Name != lu.Name) {
+		stackFailuresTotal.Inc()
+	}
 	b := readyKey(before)
 	a := readyKey(after)
 	if a == b || a == "" {
@@ -109,13 +128,13 @@ func (r *StackReconciler) recordEvent(before, after *pulumiv1.Stack) {
 	} else if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition); c != nil && warningReasons[c.Reason] {
 		typ = corev1.EventTypeWarning
 	}
-	r.Recorder.Event(after, typ, ready.Reason, ready.Message)
+	rec.Event(after, typ, ready.Reason, ready.Message)
 	if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition); c != nil && c.Reason == pulumiv1.StalledNamespaceTerminatingReason {
 		// A namespace being deleted refuses new Events too: say it on the
 		// Namespace (kubectl describe namespace shows it).
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: after.Namespace}}
 		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-		r.Recorder.Event(ns, corev1.EventTypeWarning, c.Reason, fmt.Sprintf("Stack %s: %s", after.Name, c.Message))
+		rec.Event(ns, corev1.EventTypeWarning, c.Reason, fmt.Sprintf("Stack %s: %s", after.Name, c.Message))
 	}
 }
 

@@ -24,8 +24,7 @@ import (
 func (r *StackReconciler) reconcileDelete(ctx context.Context, sc *stackScope) error {
 	s := sc.stack
 	if !controllerutil.ContainsFinalizer(s, StackFinalizer) {
-		sc.skipStatus = true
-		return errUpToDate
+		return errGone
 	}
 	switch {
 	case s.Spec.DestroyOnFinalize && s.Spec.Preview:
@@ -52,8 +51,7 @@ func (r *StackReconciler) reconcileDelete(ctx context.Context, sc *stackScope) e
 		return client.IgnoreNotFound(err)
 	}
 	// Gone: no status to write.
-	sc.skipStatus = true
-	return errUpToDate
+	return errGone
 }
 
 // reconcileDestroy runs (and waits for) a destroy update; nil once the

@@ -53,7 +53,7 @@ func (r *StackReconciler) recordDriftCheck(ctx context.Context, s *pulumiv1.Stac
 		return
 	}
 	msg := fmt.Sprintf("%d resource(s) differ from the last successful update of %s (%s): %s; checked by %s", total, shortRev(dc.Revision), strings.Join(parts, ", "), resourceNames(u.Status.Resources, 10), u.Name)
-	setCondition(&s.Status.Conditions, s.Generation, pulumiv1.DriftDetectedCondition, metav1.ConditionTrue, pulumiv1.EventReasonDriftDetected, msg)
+	setCondition(s, pulumiv1.DriftDetectedCondition, metav1.ConditionTrue, pulumiv1.EventReasonDriftDetected, msg)
 	r.Recorder.Event(s, corev1.EventTypeWarning, pulumiv1.EventReasonDriftDetected, msg)
 	dc.RemediationPending = s.Spec.DriftDetection != nil && s.Spec.DriftDetection.Remediate
 	log.FromContext(ctx).Info("Drift detected", "changes", dc.Changes, "remediate", dc.RemediationPending)

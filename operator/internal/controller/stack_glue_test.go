@@ -41,7 +41,7 @@ func TestSummarize(t *testing.T) {
 		requeue              time.Duration
 		wantErr              bool
 	}{
-		{"up to date", errUpToDate, false, metav1.ConditionTrue, "", "", time.Minute, false},
+		{"up to date", upToDate(time.Minute), false, metav1.ConditionTrue, "", "", time.Minute, false},
 		{"stalling keeps looking", &stallingError{reason: pulumiv1.StalledUpdateFailedReason, msg: "failed 5 times", requeue: time.Hour}, false, metav1.ConditionFalse, "", pulumiv1.StalledUpdateFailedReason, time.Hour, false},
 		{"waiting", &waitingError{reason: pulumiv1.ReconcilingRetryReason, msg: "retrying in 10s", requeue: 10 * time.Second}, false, metav1.ConditionFalse, pulumiv1.ReconcilingRetryReason, "", 10 * time.Second, false},
 		{"waiting while deleting", &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: "up x running"}, true, metav1.ConditionFalse, pulumiv1.ReconcilingDeletingReason, "", 0, false},
@@ -54,8 +54,8 @@ func TestSummarize(t *testing.T) {
 				now := metav1.Now()
 				s.DeletionTimestamp = &now
 			}
-			sc := &stackScope{stack: s, requeue: time.Minute}
-			res, err := r.summarize(sc, tc.err)
+			res, err := r.finisher().summarize(s, tc.err)
+			res, err = quiet(context.Background(), res, err)
 			if (err != nil) != tc.wantErr || res.RequeueAfter != tc.requeue {
 				t.Fatalf("summarize = %+v, %v", res, err)
 			}

@@ -187,7 +187,6 @@ func (r *StackReconciler) recordResult(ctx context.Context, s *pulumiv1.Stack, c
 		// Consecutive failures of the same spec, revision and inputs count
 		// up; a change starts the count again.
 		lu.Failures = stack.Failures(prev, cu.Generation, cu.Commit, cu.InputsDigest)
-		stackFailuresTotal.Inc()
 	}
 	s.Status.LastUpdate = lu
 }

@@ -12,24 +12,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/stackflow-io/stackflow/internal/conditions"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
@@ -67,231 +59,180 @@ type UpdateReconciler struct {
 	followers *followers
 }
 
-// SetupWithManager registers the controller, its Workspace watch and the
-// follower channel.
-func (r *UpdateReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.followers = &followers{ctx: ctx, active: map[types.UID]bool{}, done: make(chan event.GenericEvent, 1024)}
-	if err := mgr.Add(manager.RunnableFunc(func(mctx context.Context) error {
-		<-mctx.Done()
-		cancel()
-		return nil
-	})); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &autov1alpha1.Update{}, workspaceNameField, func(o client.Object) []string {
-		return []string{o.(*autov1alpha1.Update).Spec.WorkspaceName}
-	}); err != nil {
-		return err
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&autov1alpha1.Update{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&autov1alpha1.Workspace{}, handler.EnqueueRequestsFromMapFunc(r.updatesOfWorkspace)).
-		WatchesRawSource(source.Channel(r.followers.done, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
-		Complete(quietConflicts(r))
+// updateScope is what one reconcile of an Update has learned so far.
+type updateScope struct {
+	update *autov1alpha1.Update
+	// agent runs the Update: its workspace's.
+	agent agentv1.AgentClient
+	// notices are what the agent did besides the run (a stale lock it
+	// removed), reported once the run's end is stored.
+	notices []string
 }
 
-// updatesOfWorkspace wakes the unfinished Updates of a Workspace that changed
-// (became ready, or went away).
-func (r *UpdateReconciler) updatesOfWorkspace(ctx context.Context, o client.Object) []reconcile.Request {
-	var list autov1alpha1.UpdateList
-	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{workspaceNameField: o.GetName()}); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for _, u := range list.Items {
-		if !apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&u)})
-		}
-	}
-	return reqs
-}
-
-// Updates: cached reads, deletion after their TTL, the one status patch;
-// finalizers/update for the outputs Secret's blockOwnerDeletion reference.
-// The outputs Secret is created once (immutable); the workspace token read by
-// name.
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates/status,verbs=patch
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates/finalizers,verbs=update
-// +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-
-// Reconcile converges one Update.
-func (r *UpdateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+// Reconcile converges one Update: once ended, it waits for its TTL;
+// otherwise it finds its workspace's agent, starts the run there and returns,
+// and records the run's end when its follower wakes it. The finisher writes
+// the status.
+func (r *UpdateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	u := &autov1alpha1.Update{}
 	if err := r.Get(ctx, req.NamespacedName, u); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	base := u.DeepCopy()
-	defer func() {
-		writeStatus(ctx, r.Client, base, u, !equality.Semantic.DeepEqual(base.Status, u.Status), &retErr)
-	}()
+	base, sc := u.DeepCopy(), &updateScope{update: u}
+	outcome := runSteps(ctx, sc, r.reconcileEnded, r.reconcileDeleted, r.reconcileWorkspace, r.reconcileStart, r.reconcileProgress)
+	return r.finisher().finish(ctx, base, u, outcome, func(context.Context) error {
+		if len(sc.notices) > 0 {
+			r.Recorder.Event(u, corev1.EventTypeWarning, "StaleLockRecovered", strings.Join(sc.notices, "; "))
+		}
+		return nil
+	})
+}
+
+// reconcileEnded ends the reconcile of an Update whose run has ended: it
+// waits for its TTL (and, deleted, for nothing).
+func (r *UpdateReconciler) reconcileEnded(ctx context.Context, sc *updateScope) error {
+	u := sc.update
 	complete := apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete)
-	if !u.DeletionTimestamp.IsZero() && (complete || len(u.Finalizers) == 0) {
-		return ctrl.Result{}, nil
-	}
-	if complete {
+	switch {
+	case !u.DeletionTimestamp.IsZero() && (complete || len(u.Finalizers) == 0):
+		return errUpToDate
+	case complete:
 		return r.reconcileTTL(ctx, u)
 	}
-	// An Update deleted while it runs (its Stack's result finalizer keeps it)
-	// is still followed to its end, so its Stack records the result; one
-	// deleted before it started never starts.
-	if !u.DeletionTimestamp.IsZero() && !apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeProgressing) {
-		r.finish(ctx, u, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_CANCELED, Message: "deleted before it started"})
-		return ctrl.Result{}, nil
-	}
-	agent, waiting, err := r.reconcileWorkspace(ctx, u)
-	if err != nil || waiting != nil {
-		return ptrResult(waiting), err
-	}
-	if !apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeProgressing) {
-		return r.reconcileStart(ctx, u, agent)
-	}
-	return r.reconcileProgress(ctx, u, agent)
+	return nil
 }
 
-func ptrResult(r *ctrl.Result) ctrl.Result {
-	if r == nil {
-		return ctrl.Result{}
+// reconcileDeleted: an Update deleted while it runs (its Stack's result
+// finalizer keeps it) is still followed to its end, so its Stack records the
+// result; one deleted before it started never starts.
+func (r *UpdateReconciler) reconcileDeleted(ctx context.Context, sc *updateScope) error {
+	u := sc.update
+	if u.DeletionTimestamp.IsZero() || progressing(u) {
+		return nil
 	}
-	return *r
+	return r.end(ctx, sc, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_CANCELED, Message: "deleted before it started"})
 }
 
-// reconcileWorkspace finds the Update's workspace agent. It returns a result to
-// wait with when the workspace is not ready, and ends a running Update as
-// Aborted when its workspace is gone.
-func (r *UpdateReconciler) reconcileWorkspace(ctx context.Context, u *autov1alpha1.Update) (agentv1.AgentClient, *ctrl.Result, error) {
-	progressing := apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeProgressing)
+func progressing(u *autov1alpha1.Update) bool {
+	return apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeProgressing)
+}
+
+// reconcileWorkspace finds the Update's workspace agent. The Update waits
+// while the workspace is missing or not ready, and ends as Aborted when its
+// workspace goes while it runs.
+func (r *UpdateReconciler) reconcileWorkspace(ctx context.Context, sc *updateScope) error {
+	u := sc.update
+	running := progressing(u)
 	var ws autov1alpha1.Workspace
 	err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: u.Spec.WorkspaceName}, &ws)
 	if apierrors.IsNotFound(err) {
-		if progressing {
-			r.finish(ctx, u, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_UNKNOWN,
+		if running {
+			return r.end(ctx, sc, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_UNKNOWN,
 				Message: fmt.Sprintf("workspace %s was deleted while the update ran", u.Spec.WorkspaceName)})
-			return nil, &ctrl.Result{}, nil
 		}
-		r.notStarted(u, fmt.Sprintf("waiting for workspace %s to exist", u.Spec.WorkspaceName))
 		// The Workspace watch wakes this Update when it appears.
-		return nil, &ctrl.Result{}, nil
+		return &waitingError{reason: autov1alpha1.UpdateReasonNotStarted, msg: fmt.Sprintf("waiting for workspace %s to exist", u.Spec.WorkspaceName)}
 	}
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	if rev, wsRev := updateRevision(u), workspaceCommit(&ws); !progressing && rev != "" && wsRev != "" && rev != wsRev {
+	if rev, wsRev := updateRevision(u), workspaceCommit(&ws); !running && rev != "" && wsRev != "" && rev != wsRev {
 		// The agent runs an Update at its commit only (startRequest), and
 		// this workspace has moved on: it would wait forever. Ended, so that
 		// its Stack starts one for the workspace's commit.
-		r.finish(ctx, u, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_UNKNOWN,
+		return r.end(ctx, sc, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_UNKNOWN,
 			Message: fmt.Sprintf("not started: workspace %s is set to commit %s, not this update's %s", ws.Name, wsRev, rev)})
-		return nil, &ctrl.Result{}, nil
 	}
 	ready := conditions.IsTrue(&ws, ws.Status.Conditions, autov1alpha1.WorkspaceReady) &&
 		ws.Status.ObservedGeneration == ws.Generation && ws.Status.Address != ""
-	if !ready && !progressing {
-		r.notStarted(u, fmt.Sprintf("waiting for workspace %s to be ready", ws.Name))
-		return nil, &ctrl.Result{}, nil
+	if !ready && !running {
+		// The Workspace watch wakes this Update when it is ready.
+		return &waitingError{reason: autov1alpha1.UpdateReasonNotStarted, msg: fmt.Sprintf("waiting for workspace %s to be ready", ws.Name)}
 	}
 	var token string
 	if r.Agents.WorkspaceTokens() {
 		var tok corev1.Secret
 		if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: workspace.TokenSecretName(&ws)}, &tok); err != nil {
-			return nil, nil, fmt.Errorf("read workspace token: %w", err)
+			return fmt.Errorf("read workspace token: %w", err)
 		}
 		token = string(tok.Data[pod.TokenSecretKey])
 	}
 	agent, err := r.Agents.Get(ws.Status.Address, token)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	return agent, nil, nil
+	sc.agent = agent
+	return nil
 }
 
-func (r *UpdateReconciler) notStarted(u *autov1alpha1.Update, msg string) {
-	setCondition(&u.Status.Conditions, u.Generation, autov1alpha1.UpdateConditionTypeProgressing, metav1.ConditionFalse, autov1alpha1.UpdateReasonNotStarted, msg)
-	setCondition(&u.Status.Conditions, u.Generation, autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionFalse, autov1alpha1.UpdateReasonNotStarted, msg)
-}
-
-// reconcileStart starts the operation and returns at once.
-func (r *UpdateReconciler) reconcileStart(ctx context.Context, u *autov1alpha1.Update, agent agentv1.AgentClient) (ctrl.Result, error) {
-	req := startRequest(u)
+// reconcileStart starts the operation and returns at once; the follower
+// wakes the Update when the run ends.
+func (r *UpdateReconciler) reconcileStart(ctx context.Context, sc *updateScope) error {
+	u := sc.update
+	if progressing(u) {
+		return nil
+	}
 	callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	op, err := agent.StartOperation(callCtx, req)
+	op, err := sc.agent.StartOperation(callCtx, startRequest(u))
 	if status.Code(err) == codes.FailedPrecondition {
 		// The workspace restarted and its configuration is being applied
 		// again by the Workspace controller.
-		r.notStarted(u, status.Convert(err).Message())
-		return ctrl.Result{RequeueAfter: 3 * time.Second}, nil
+		return &waitingError{reason: autov1alpha1.UpdateReasonNotStarted, msg: status.Convert(err).Message(), requeue: 3 * time.Second}
 	}
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("start %s in workspace %s: %w", u.Spec.Type, u.Spec.WorkspaceName, err)
+		return fmt.Errorf("start %s in workspace %s: %w", u.Spec.Type, u.Spec.WorkspaceName, err)
 	}
 	if op.State != agentv1.OperationState_OPERATION_STATE_RUNNING {
-		r.finish(ctx, u, op)
-		return r.reconcileTTL(ctx, u)
+		return r.end(ctx, sc, op)
 	}
 	u.Status.StartTime = metav1.NewTime(time.Unix(0, op.StartTimeUnixNano))
-	u.Status.ObservedGeneration = u.Generation
-	msg := fmt.Sprintf("%s of stack %s running in workspace %s", u.Spec.Type, u.Spec.StackName, u.Spec.WorkspaceName)
-	setCondition(&u.Status.Conditions, u.Generation, autov1alpha1.UpdateConditionTypeProgressing, metav1.ConditionTrue, autov1alpha1.UpdateReasonProgressing, msg)
-	setCondition(&u.Status.Conditions, u.Generation, autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionFalse, autov1alpha1.UpdateReasonProgressing, msg)
-	r.Recorder.Event(u, corev1.EventTypeNormal, autov1alpha1.UpdateReasonProgressing, msg)
 	log.FromContext(ctx).Info("Started operation", "type", u.Spec.Type, "stack", u.Spec.StackName)
-	r.followers.follow(u, agent)
-	// The follower wakes this Update when the run ends; the requeue is a safety
-	// net should the follower's stream break unnoticed.
-	return ctrl.Result{RequeueAfter: 2 * time.Minute}, nil
+	return r.follow(sc)
+}
+
+// follow has the follower watch the run; the requeue is a safety net should
+// its stream break unnoticed.
+func (r *UpdateReconciler) follow(sc *updateScope) error {
+	r.followers.follow(sc.update, sc.agent)
+	return &waitingError{reason: autov1alpha1.UpdateReasonProgressing, msg: runningMessage(sc.update), requeue: 2 * time.Minute}
+}
+
+func runningMessage(u *autov1alpha1.Update) string {
+	return fmt.Sprintf("%s of stack %s running in workspace %s", u.Spec.Type, u.Spec.StackName, u.Spec.WorkspaceName)
 }
 
 // reconcileProgress asks the agent about the run: still running (follow it),
 // ended (record the result), or unknown to the agent (the workspace restarted:
 // the run is gone, the Update is Aborted — never left Progressing).
-func (r *UpdateReconciler) reconcileProgress(ctx context.Context, u *autov1alpha1.Update, agent agentv1.AgentClient) (ctrl.Result, error) {
+func (r *UpdateReconciler) reconcileProgress(ctx context.Context, sc *updateScope) error {
+	u := sc.update
 	callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	op, err := agent.GetOperation(callCtx, &agentv1.GetOperationRequest{UpdateId: string(u.UID)})
+	op, err := sc.agent.GetOperation(callCtx, &agentv1.GetOperationRequest{UpdateId: string(u.UID)})
 	if err != nil {
 		// The agent may be restarting; backoff applies, and once it answers
 		// the run is found or reported unknown.
-		return ctrl.Result{}, fmt.Errorf("ask workspace %s about the run: %w", u.Spec.WorkspaceName, err)
+		return fmt.Errorf("ask workspace %s about the run: %w", u.Spec.WorkspaceName, err)
 	}
 	if op.State == agentv1.OperationState_OPERATION_STATE_RUNNING {
-		r.followers.follow(u, agent)
-		return ctrl.Result{RequeueAfter: 2 * time.Minute}, nil
+		return r.follow(sc)
 	}
-	r.finish(ctx, u, op)
-	return r.reconcileTTL(ctx, u)
+	return r.end(ctx, sc, op)
 }
 
-// finish records an ended run: conditions, times, message, changes, outputs.
-func (r *UpdateReconciler) finish(ctx context.Context, u *autov1alpha1.Update, op *agentv1.Operation) {
-	reason, result := autov1alpha1.UpdateReasonFailed, "failed"
-	switch op.State {
-	case agentv1.OperationState_OPERATION_STATE_SUCCEEDED:
-		reason, result = autov1alpha1.UpdateReasonSucceeded, "succeeded"
-	case agentv1.OperationState_OPERATION_STATE_CONFLICT:
-		reason, result = autov1alpha1.UpdateReasonConflict, "conflict"
-	case agentv1.OperationState_OPERATION_STATE_CANCELED:
-		reason, result = autov1alpha1.UpdateReasonCanceled, "canceled"
-	case agentv1.OperationState_OPERATION_STATE_STACK_NOT_FOUND:
-		reason, result = autov1alpha1.UpdateReasonStackNotFound, "stack_not_found"
-	case agentv1.OperationState_OPERATION_STATE_UNKNOWN:
-		reason, result = autov1alpha1.UpdateReasonAborted, "aborted"
-		if op.Message == "" {
-			op.Message = fmt.Sprintf("the run is gone: workspace %s restarted or was replaced before the update reported a result", u.Spec.WorkspaceName)
-		}
+// end records an ended run (times, message, changes, outputs, and the
+// Complete condition) and goes on to wait for the TTL.
+func (r *UpdateReconciler) end(ctx context.Context, sc *updateScope, op *agentv1.Operation) error {
+	u := sc.update
+	reason := endReason(op.State)
+	if op.State == agentv1.OperationState_OPERATION_STATE_UNKNOWN && op.Message == "" {
+		op.Message = fmt.Sprintf("the run is gone: workspace %s restarted or was replaced before the update reported a result", u.Spec.WorkspaceName)
 	}
-	now := r.Now()
 	if op.EndTimeUnixNano > 0 {
 		u.Status.EndTime = metav1.NewTime(time.Unix(0, op.EndTimeUnixNano))
 	} else {
-		u.Status.EndTime = metav1.NewTime(now)
+		u.Status.EndTime = metav1.NewTime(r.Now())
 	}
 	if u.Status.StartTime.IsZero() {
 		if op.StartTimeUnixNano > 0 {
@@ -303,7 +244,7 @@ func (r *UpdateReconciler) finish(ctx context.Context, u *autov1alpha1.Update, o
 	msg := op.Message
 	if len(op.Notices) > 0 {
 		msg = strings.Join(op.Notices, "; ") + "; " + msg
-		r.Recorder.Event(u, corev1.EventTypeWarning, "StaleLockRecovered", strings.Join(op.Notices, "; "))
+		sc.notices = op.Notices
 	}
 	u.Status.Message = msg
 	u.Status.Permalink = op.Permalink
@@ -312,7 +253,6 @@ func (r *UpdateReconciler) finish(ctx context.Context, u *autov1alpha1.Update, o
 	if len(u.Status.Resources) > 100 {
 		u.Status.Resources = u.Status.Resources[:100]
 	}
-	u.Status.ObservedGeneration = u.Generation
 	if op.State == agentv1.OperationState_OPERATION_STATE_SUCCEEDED && len(op.Outputs) > 0 {
 		name, err := r.writeOutputs(ctx, u, op.Outputs)
 		if err != nil {
@@ -322,22 +262,25 @@ func (r *UpdateReconciler) finish(ctx context.Context, u *autov1alpha1.Update, o
 		}
 		u.Status.Outputs = name
 	}
-	failed := metav1.ConditionTrue
-	if op.State == agentv1.OperationState_OPERATION_STATE_SUCCEEDED {
-		failed = metav1.ConditionFalse
+	markEnded(u, reason, op.State != agentv1.OperationState_OPERATION_STATE_SUCCEEDED, msg)
+	return r.reconcileTTL(ctx, u)
+}
+
+// endReason is the Complete reason of a run that ended in state.
+func endReason(state agentv1.OperationState) string {
+	switch state {
+	case agentv1.OperationState_OPERATION_STATE_SUCCEEDED:
+		return autov1alpha1.UpdateReasonSucceeded
+	case agentv1.OperationState_OPERATION_STATE_CONFLICT:
+		return autov1alpha1.UpdateReasonConflict
+	case agentv1.OperationState_OPERATION_STATE_CANCELED:
+		return autov1alpha1.UpdateReasonCanceled
+	case agentv1.OperationState_OPERATION_STATE_STACK_NOT_FOUND:
+		return autov1alpha1.UpdateReasonStackNotFound
+	case agentv1.OperationState_OPERATION_STATE_UNKNOWN:
+		return autov1alpha1.UpdateReasonAborted
 	}
-	setCondition(&u.Status.Conditions, u.Generation, autov1alpha1.UpdateConditionTypeProgressing, metav1.ConditionFalse, reason, msg)
-	setCondition(&u.Status.Conditions, u.Generation, autov1alpha1.UpdateConditionTypeFailed, failed, reason, msg)
-	setCondition(&u.Status.Conditions, u.Generation, autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionTrue, reason, msg)
-	evType := corev1.EventTypeNormal
-	if failed == metav1.ConditionTrue {
-		evType = corev1.EventTypeWarning
-	}
-	r.Recorder.Event(u, evType, reason, msg)
-	typ := string(u.Spec.Type)
-	updatesTotal.WithLabelValues(typ, result).Inc()
-	updateDuration.WithLabelValues(typ, result).Observe(u.Status.EndTime.Sub(u.Status.StartTime.Time).Seconds())
-	log.FromContext(ctx).Info("Update ended", "result", result, "message", msg)
+	return autov1alpha1.UpdateReasonFailed
 }
 
 // writeOutputs stores the stack outputs in an immutable Secret owned by the
@@ -365,7 +308,7 @@ func (r *UpdateReconciler) writeOutputs(ctx context.Context, u *autov1alpha1.Upd
 }
 
 // reconcileTTL deletes a finished Update once its time to live has passed.
-func (r *UpdateReconciler) reconcileTTL(ctx context.Context, u *autov1alpha1.Update) (ctrl.Result, error) {
+func (r *UpdateReconciler) reconcileTTL(ctx context.Context, u *autov1alpha1.Update) error {
 	ttl := DefaultUpdateTTL
 	if u.Spec.TtlAfterCompleted != nil {
 		ttl = u.Spec.TtlAfterCompleted.Duration
@@ -375,11 +318,14 @@ func (r *UpdateReconciler) reconcileTTL(ctx context.Context, u *autov1alpha1.Upd
 		end = r.Now()
 	}
 	if remaining := end.Add(ttl).Sub(r.Now()); remaining > 0 {
-		// Waiting for the TTL to expire.
-		return ctrl.Result{RequeueAfter: remaining}, nil
+		// Looked at again when the TTL expires.
+		return upToDate(remaining)
 	}
 	log.FromContext(ctx).Info("Deleting finished update after its TTL", "ttl", ttl.String())
-	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, u))
+	if err := r.Delete(ctx, u); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	return errUpToDate
 }
 
 func startRequest(u *autov1alpha1.Update) *agentv1.StartOperationRequest {

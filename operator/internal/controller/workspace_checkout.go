@@ -7,9 +7,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"google.golang.org/grpc/codes"
@@ -107,74 +104,62 @@ func decideCheckout(spec *autov1alpha1.WorkspaceSpec, info *agentv1.InfoResponse
 }
 
 // reconcileCheckout moves a serving agent to the spec's source revision in
-// place, without a new pod or process. It reports false, with the result to
-// return, until the agent holds that revision.
-func (r *WorkspaceReconciler) reconcileCheckout(ctx context.Context, ws *autov1alpha1.Workspace, agent agentv1.AgentClient, info *agentv1.InfoResponse) (bool, ctrl.Result, error) {
-	gen := ws.Generation
-	conds := &ws.Status.Conditions
+// place, without a new pod or process. It goes on once the agent holds that
+// revision.
+func (r *WorkspaceReconciler) reconcileCheckout(ctx context.Context, sc *workspaceScope) error {
+	ws, info := sc.ws, sc.info
 	d := decideCheckout(&ws.Spec, info, r.now())
 	switch d.Action {
 	case checkoutDone:
-		return true, ctrl.Result{}, nil
+		return nil
 	case checkoutWait, checkoutFailed:
-		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, d.Reason, d.Message)
 		if d.Stalled {
-			setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, d.Reason, d.Message)
-		} else {
-			apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
+			return &stallingError{reason: d.Reason, msg: d.Message, requeue: d.After}
 		}
-		return false, ctrl.Result{RequeueAfter: d.After}, nil
+		return &waitingError{reason: d.Reason, msg: d.Message, requeue: d.After}
 	}
 	if ws.Spec.Git != nil {
 		// The Secrets' values now, not those the agent started with: a
 		// rotated token or key is used by this very fetch.
 		creds, err := workspace.GitCredentials(ctx, r.Client, ws, r.SSHKnownHosts)
 		if err != nil {
-			return credentialsUnreadable(ws, err)
+			return credentialsUnreadable(err)
 		}
 		d.Request.GitCredentials = agentclient.GitCredentials(creds)
 	}
 	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := agent.Checkout(callCtx, d.Request)
+	st, err := sc.agent.Checkout(callCtx, d.Request)
 	switch status.Code(err) {
 	case codes.OK:
 	case codes.FailedPrecondition:
 		// An update or a configuration runs: the checkout waits for it.
-		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing,
-			"waiting to check out the new revision: "+status.Convert(err).Message())
-		return false, ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+		return &waitingError{reason: autov1alpha1.WorkspaceReasonInitializing, requeue: 5 * time.Second,
+			msg: "waiting to check out the new revision: " + status.Convert(err).Message()}
 	case codes.Unimplemented:
-		msg := "the workspace's agent cannot check out a new revision in place (it predates the operator's); " +
-			"use a workspace image with the operator's agent, or recreate the Workspace"
-		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonCheckoutFailed, msg)
-		setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonCheckoutFailed, msg)
-		return false, ctrl.Result{}, nil
+		return &stallingError{reason: autov1alpha1.WorkspaceReasonCheckoutFailed,
+			msg: "the workspace's agent cannot check out a new revision in place (it predates the operator's); " +
+				"use a workspace image with the operator's agent, or recreate the Workspace"}
 	default:
-		return false, ctrl.Result{}, fmt.Errorf("ask the agent to check out the new revision: %w", err)
+		return fmt.Errorf("ask the agent to check out the new revision: %w", err)
 	}
 	log.FromContext(ctx).Info("Checking out the new revision in place", "ref", st.GetSourceRef(), "from", info.GetRevision())
-	apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
-	setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing,
-		fmt.Sprintf("the agent is checking out %s in place (it holds %s)", st.GetSourceRef(), shortRev(info.GetRevision())))
-	return false, ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	return &waitingError{reason: autov1alpha1.WorkspaceReasonInitializing, requeue: 2 * time.Second,
+		msg: fmt.Sprintf("the agent is checking out %s in place (it holds %s)", st.GetSourceRef(), shortRev(info.GetRevision()))}
 }
 
-// credentialsUnreadable reports git credentials that cannot be read for a
+// credentialsUnreadable classifies git credentials that cannot be read for a
 // checkout: a missing Secret or key, or a reference that cannot be used,
 // stalls the Workspace until someone fixes it (looked at again after a
 // minute: Secrets are not watched); anything else (the API server) is
-// returned for a retry with backoff. The message names the Secret and key,
+// transient, retried with backoff. The message names the Secret and key,
 // never a value.
-func credentialsUnreadable(ws *autov1alpha1.Workspace, err error) (bool, ctrl.Result, error) {
+func credentialsUnreadable(err error) error {
 	var missingKey *workspace.MissingKeyError
 	var unusable *gitauth.CredentialsError
 	if !apierrors.IsNotFound(err) && !errors.As(err, &missingKey) && !errors.As(err, &unusable) {
-		return false, ctrl.Result{}, fmt.Errorf("read the git credentials for a checkout: %w", err)
+		return fmt.Errorf("read the git credentials for a checkout: %w", err)
 	}
-	msg := "cannot check out the new revision: " + err.Error()
-	conds := &ws.Status.Conditions
-	setCondition(conds, ws.Generation, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonSourceUnavailable, msg)
-	setCondition(conds, ws.Generation, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonSourceUnavailable, msg)
-	return false, ctrl.Result{RequeueAfter: checkoutRetryClassified}, nil
+	return &stallingError{reason: autov1alpha1.WorkspaceReasonSourceUnavailable, msg: "cannot check out the new revision: " + err.Error(),
+		requeue: checkoutRetryClassified}
 }

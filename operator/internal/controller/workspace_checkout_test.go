@@ -110,11 +110,11 @@ func TestCheckoutSendsCurrentCredentials(t *testing.T) {
 	agent := &checkoutRecorder{}
 	checkout := func() (ctrl.Result, error) {
 		t.Helper()
-		done, res, err := r.reconcileCheckout(ctx, ws, agent, info)
-		if done {
+		outcome := r.reconcileCheckout(ctx, &workspaceScope{ws: ws, agent: agent, info: info})
+		if outcome == nil {
 			t.Fatal("checkout done before the agent checked out")
 		}
-		return res, err
+		return r.finisher().summarize(ws, outcome)
 	}
 	lastCreds := func() *agentv1.GitCredentials {
 		t.Helper()

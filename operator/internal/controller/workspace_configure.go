@@ -7,13 +7,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
-	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
 // configurePolicy decides what a failed attempt to apply the stacks'
@@ -88,22 +85,24 @@ func (p configurePolicy) retryAfter(attempts int32) time.Duration {
 }
 
 // reconcileConfiguration applies the spec's stack configuration through the
-// agent. It reports false, with the result to return, while it fails.
-func (r *WorkspaceReconciler) reconcileConfiguration(ctx context.Context, ws *autov1alpha1.Workspace, agent agentv1.AgentClient) (bool, ctrl.Result, error) {
-	gen := ws.Generation
-	conds := &ws.Status.Conditions
+// agent, once per change of it or of the agent (restarted, or a new
+// checkout), and goes on once applied.
+func (r *WorkspaceReconciler) reconcileConfiguration(ctx context.Context, sc *workspaceScope) error {
+	ws, info := sc.ws, sc.info
+	applied := appliedConfig{instance: info.Instance, checkouts: info.Checkouts, hash: stacksHash(ws.Spec.Stacks)}
+	if prev, ok := r.applied.Load(ws.UID); ok && prev.(appliedConfig) == applied {
+		return nil
+	}
 	for _, s := range ws.Spec.Stacks {
-		err := selectStack(ctx, agent, s)
+		err := selectStack(ctx, sc.agent, s)
 		if err == nil {
 			continue
 		}
 		now := r.now()
-		d := defaultConfigurePolicy.decide(err, ws.Status.ConfigurationFailure, gen, now)
+		d := defaultConfigurePolicy.decide(err, ws.Status.ConfigurationFailure, ws.Generation, now)
 		msg := fmt.Sprintf("configure stack %s: %s", s.Name, status.Convert(err).Message())
 		if d.Waiting {
-			apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
-			setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing, "waiting to "+msg)
-			return false, ctrl.Result{RequeueAfter: d.After}, nil
+			return &waitingError{reason: autov1alpha1.WorkspaceReasonInitializing, msg: "waiting to " + msg, requeue: d.After}
 		}
 		ws.Status.ConfigurationFailure = d.Record
 		if f := d.Record; f != nil {
@@ -111,15 +110,14 @@ func (r *WorkspaceReconciler) reconcileConfiguration(ctx context.Context, ws *au
 			msg = fmt.Sprintf("%s (%d failed attempts since %s; next at %s)", msg, f.Attempts,
 				f.Since.UTC().Format(time.RFC3339), now.Add(d.After).UTC().Format(time.RFC3339))
 		}
-		setCondition(conds, gen, autov1alpha1.WorkspaceReady, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonConfigurationFailed, msg)
-		if d.Stalled {
-			setCondition(conds, gen, autov1alpha1.WorkspaceStalled, metav1.ConditionTrue, autov1alpha1.WorkspaceReasonConfigurationFailed, msg)
-		} else {
-			apimeta.RemoveStatusCondition(conds, autov1alpha1.WorkspaceStalled)
-		}
 		log.FromContext(ctx).Info("Configuring a stack failed", "stack", s.Name, "stalled", d.Stalled, "message", msg)
-		return false, ctrl.Result{RequeueAfter: d.After}, nil
+		if d.Stalled {
+			return &stallingError{reason: autov1alpha1.WorkspaceReasonConfigurationFailed, msg: msg, requeue: d.After}
+		}
+		return &waitingError{reason: autov1alpha1.WorkspaceReasonConfigurationFailed, msg: msg, requeue: d.After}
 	}
 	ws.Status.ConfigurationFailure = nil
-	return true, ctrl.Result{}, nil
+	r.applied.Store(ws.UID, applied)
+	log.FromContext(ctx).Info("Applied stack configuration", "stacks", len(ws.Spec.Stacks), "agent", info.Instance)
+	return nil
 }

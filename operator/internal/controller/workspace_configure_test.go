@@ -104,11 +104,15 @@ func TestConfigurationFailureEndsStalled(t *testing.T) {
 		// A new reconciler each time: an operator restarted between
 		// attempts decides from the status alone.
 		r := &WorkspaceReconciler{Now: func() time.Time { return now }}
-		done, res, err := r.reconcileConfiguration(context.Background(), ws, agent)
+		outcome := r.reconcileConfiguration(context.Background(), &workspaceScope{ws: ws, agent: agent, info: &agentv1.InfoResponse{Instance: "agent-1"}})
+		if outcome == nil {
+			return true, 0
+		}
+		res, err := r.finisher().summarize(ws, outcome)
 		if err != nil {
 			t.Fatalf("reconcileConfiguration: %v", err)
 		}
-		return done, res.RequeueAfter
+		return false, res.RequeueAfter
 	}
 	var stalledAt int32
 	for i := 1; stalledAt == 0; i++ {

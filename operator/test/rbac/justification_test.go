@@ -19,7 +19,7 @@ var clusterRoleNeeds = map[string]string{
 	"pulumi.com/stacks watch":        "the Stack informer (For, and the prerequisite watch)",
 	"pulumi.com/stacks update":       "reconcileFinalizer adds and stack_delete.go removes finalizer.stack.pulumi.com",
 	"pulumi.com/stacks patch":        "NotePush sets the push annotation (webhook); requestResync sets a prerequisite's reconcile request annotation",
-	"pulumi.com/stacks/status patch": "StackReconciler.finish: the one status merge patch per reconcile",
+	"pulumi.com/stacks/status patch": "StackReconciler's one status merge patch per reconcile (the finisher, finisher.go)",
 	"pulumi.com/stacks/finalizers update": "the Stack's Workspace and Updates carry controller references with blockOwnerDeletion " +
 		"(SetControllerReference in reconcileWorkspace, stack_updates.go startUpdate), which OwnerReferencesPermissionEnforcement checks against the owner's finalizers",
 
@@ -37,7 +37,7 @@ var clusterRoleNeeds = map[string]string{
 	"auto.pulumi.com/workspaces create":       "reconcileWorkspace creates a Stack's Workspace",
 	"auto.pulumi.com/workspaces update":       "reconcileWorkspace updates the Workspace spec; WorkspaceReconciler adds and removes its finalizer",
 	"auto.pulumi.com/workspaces delete":       "stack_delete.go and reclaimWorkspace delete a Stack's Workspace",
-	"auto.pulumi.com/workspaces/status patch": "WorkspaceReconciler's one status patch (writeStatusLocked)",
+	"auto.pulumi.com/workspaces/status patch": "WorkspaceReconciler's one status patch (the finisher, finisher.go)",
 	"auto.pulumi.com/workspaces/finalizers update": "the agent token Secret, the StatefulSet and the Service carry the Workspace's controller reference " +
 		"with blockOwnerDeletion (workspace_controller.go reconcileToken, workspace/podruntime.go Ensure)",
 
@@ -48,7 +48,7 @@ var clusterRoleNeeds = map[string]string{
 	"auto.pulumi.com/updates create":            "stack_updates.go startUpdate creates the Update it decided on",
 	"auto.pulumi.com/updates patch":             "releaseUpdates removes the result finalizer once the Stack recorded the result",
 	"auto.pulumi.com/updates delete":            "reconcileTTL deletes finished Updates; releaseUpdates deletes old drift checks",
-	"auto.pulumi.com/updates/status patch":      "UpdateReconciler's status patch (writeStatus)",
+	"auto.pulumi.com/updates/status patch":      "UpdateReconciler's one status patch (the finisher, finisher.go)",
 	"auto.pulumi.com/updates/finalizers update": "the outputs Secret carries the Update's controller reference with blockOwnerDeletion (writeOutputs)",
 
 	// Secrets: read by name from the API server, never listed or watched

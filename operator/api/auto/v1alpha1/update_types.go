@@ -210,6 +210,10 @@ type UpdateList struct {
 	Items           []Update `json:"items"`
 }
 
+// GetConditions returns the Update's status conditions for change in place,
+// so that condition helpers serve every kind alike.
+func (u *Update) GetConditions() *[]metav1.Condition { return &u.Status.Conditions }
+
 func init() {
 	SchemeBuilder.Register(&Update{}, &UpdateList{})
 }

@@ -487,6 +487,10 @@ type WorkspaceList struct {
 	Items           []Workspace `json:"items"`
 }
 
+// GetConditions returns the Workspace's status conditions for change in place,
+// so that condition helpers serve every kind alike.
+func (w *Workspace) GetConditions() *[]metav1.Condition { return &w.Status.Conditions }
+
 func init() {
 	SchemeBuilder.Register(&Workspace{}, &WorkspaceList{})
 }

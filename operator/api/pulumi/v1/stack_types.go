@@ -760,6 +760,10 @@ type StackList struct {
 	Items           []Stack `json:"items"`
 }
 
+// GetConditions returns the Stack's status conditions for change in place,
+// so that condition helpers serve every kind alike.
+func (s *Stack) GetConditions() *[]metav1.Condition { return &s.Status.Conditions }
+
 func init() {
 	SchemeBuilder.Register(&Stack{}, &StackList{})
 }

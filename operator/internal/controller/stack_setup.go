@@ -1,0 +1,77 @@
+package controller
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
+)
+
+// SetupWithManager registers the controller and its watches.
+func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Resolve == nil {
+		r.Resolve = gitresolve.Branch
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.SecretPollInterval == 0 {
+		r.SecretPollInterval = DefaultSecretPoll
+	}
+	registerStackStates.Do(func() { metrics.Registry.MustRegister(stackStates{reader: mgr.GetClient()}) })
+	if err := indexStacks(mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	c, err := ctrl.NewControllerManagedBy(mgr).
+		For(&pulumiv1.Stack{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&autov1alpha1.Workspace{}).
+		Owns(&autov1alpha1.Update{}).
+		// A Stack's status change wakes the Stacks that list it as a
+		// prerequisite.
+		Watches(&pulumiv1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.indexed(prerequisiteField, objectName))).
+		// A Program's new artifact wakes the Stacks that use it.
+		Watches(&pulumiv1.Program{}, handler.EnqueueRequestsFromMapFunc(r.indexed(programRefField, objectName))).
+		// A ConfigMap a Stack refers to appearing or changing wakes it: a
+		// Stack stalled on a missing reference recovers by itself. Secrets
+		// are not watched (the role grants no list or watch of Secrets, which
+		// would read every Secret of the cluster): a Stack reading Secrets
+		// reads them again every SecretPollInterval (secretPoll).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField, objectName))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		Build(r)
+	if err != nil {
+		return err
+	}
+	// Flux sources are watched once their CRDs are served (Flux may be
+	// installed after the operator, or never).
+	return mgr.Add(&fluxWatcher{ctrl: c, cache: mgr.GetCache(), config: mgr.GetConfig(), mapFunc: r.indexed(fluxSourceField, fluxObjectKey)})
+}
+
+// Stacks: cached reads, the finalizer (Update), push and resync request
+// annotations (Patch), the one status patch; finalizers/update for the
+// blockOwnerDeletion references of its Workspace and Updates. Updates are
+// created, released (Patch of the result finalizer) and old drift checks
+// deleted; the Workspace created, updated and deleted. Referenced ConfigMaps
+// are watched, referenced Secrets read by name (never cached or watched).
+// +kubebuilder:rbac:groups=pulumi.com,resources=stacks,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=pulumi.com,resources=stacks/status,verbs=patch
+// +kubebuilder:rbac:groups=pulumi.com,resources=stacks/finalizers,verbs=update
+// +kubebuilder:rbac:groups=pulumi.com,resources=programs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
