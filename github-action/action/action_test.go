@@ -17,8 +17,8 @@ import (
 	"github.com/stackflow-io/stackflow/github-action/githubapi/githubtest"
 	"github.com/stackflow-io/stackflow/github-action/inputs"
 	"github.com/stackflow-io/stackflow/github-action/report"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 const program = `name: web

@@ -1,6 +1,6 @@
 // Command stackflow-cluster (make cluster) builds the test cluster's images,
 // starts a single-node cluster from real components (package
-// operator/test/cluster), prints its kubeconfig and keeps it until Ctrl-C or
+// test/framework/cluster), prints its kubeconfig and keeps it until Ctrl-C or
 // SIGTERM, then tears it down.
 package main
 
@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/stackflow-io/stackflow/operator/test/cluster"
+	"github.com/stackflow-io/stackflow/test/framework/cluster"
 )
 
 func main() {

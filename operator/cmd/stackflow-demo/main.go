@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/operator/internal/demo"
-	"github.com/stackflow-io/stackflow/operator/test/argocd"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
 )
 
 func main() {

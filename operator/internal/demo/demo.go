@@ -51,9 +51,9 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/devenv"
-	"github.com/stackflow-io/stackflow/operator/test/argocd"
-	"github.com/stackflow-io/stackflow/operator/test/kargo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
+	"github.com/stackflow-io/stackflow/test/framework/kargo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // Options configure a demo run.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	"github.com/stackflow-io/stackflow/internal/revision"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // TestDemo runs what `make demo DEMO_ARGS="--yes --exit"` runs, through its

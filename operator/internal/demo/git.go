@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // gitServer serves the demo's bare repositories on loopback with git's smart

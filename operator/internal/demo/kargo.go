@@ -12,10 +12,10 @@ import (
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	"github.com/stackflow-io/stackflow/internal/revision"
-	"github.com/stackflow-io/stackflow/operator/test/hostproxy"
-	"github.com/stackflow-io/stackflow/operator/test/kargo"
-	"github.com/stackflow-io/stackflow/operator/test/rollouts"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/hostproxy"
+	"github.com/stackflow-io/stackflow/test/framework/kargo"
+	"github.com/stackflow-io/stackflow/test/framework/rollouts"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // kargoRun is the real Kargo and what it needs beside Argo CD: Argo Rollouts'

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // TestRunSampleBecomesReady runs what `make run` runs, until the sample Stack

@@ -17,7 +17,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
 )
 
 // TestCheckAPIURL: only an https URL of a host, whose path is empty or ends

@@ -11,8 +11,8 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 const program = "name: p\nruntime: yaml\n"

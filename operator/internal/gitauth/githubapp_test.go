@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
 )
 
 // TestReusable: the cache decision, a pure function of the token and the

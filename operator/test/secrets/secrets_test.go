@@ -23,11 +23,11 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // marker is what the agent writes in place of a secret (agent/redact.go).
@@ -115,7 +115,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second,
 	}
-	inprocess.StartOperator(t, cp.Config, opts)
+	operatortest.StartOperator(t, cp.Config, opts)
 	ns := cp.Namespace(t)
 
 	secretObj := func(t *testing.T, name string, data map[string]string) {

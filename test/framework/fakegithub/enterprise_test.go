@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stackflow-io/stackflow/operator/test/hostproxy"
+	"github.com/stackflow-io/stackflow/test/framework/hostproxy"
 )
 
 // TestEnterprisePullRequests: git and the pull request API behind one token,

@@ -9,7 +9,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 
-	testprovider "github.com/stackflow-io/stackflow/operator/test/provider"
+	testprovider "github.com/stackflow-io/stackflow/test/framework/provider"
 )
 
 func main() {

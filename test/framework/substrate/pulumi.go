@@ -11,7 +11,7 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 
-	"github.com/stackflow-io/stackflow/operator/test/provider"
+	"github.com/stackflow-io/stackflow/test/framework/provider"
 )
 
 // TestPassphrase encrypts the test stacks' secrets (passphrase secrets provider).
@@ -55,7 +55,7 @@ func sharedHome(p Paths) (string, error) {
 // plugin into dir/home, which it returns for PULUMI_HOME.
 func InstallTestProvider(p Paths, dir string) (string, error) {
 	bin := filepath.Join(dir, "build", "pulumi-resource-"+provider.Name)
-	build := exec.Command("go", "build", "-o", bin, "./operator/test/provider/cmd/pulumi-resource-"+provider.Name)
+	build := exec.Command("go", "build", "-o", bin, "./test/framework/provider/cmd/pulumi-resource-"+provider.Name)
 	build.Dir = RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build test provider: %w\n%s", err, out)

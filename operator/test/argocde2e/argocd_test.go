@@ -1,4 +1,4 @@
-package argocd
+package argocde2e
 
 import (
 	"context"
@@ -16,8 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // program is a Pulumi YAML program of one test provider record; the record
@@ -86,7 +87,7 @@ data:
 // foregroundDeletion finalizer, and a bare API server has none.
 func application(name, ns, repoURL string) *argoappv1.Application {
 	return &argoappv1.Application{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Finalizers: []string{argoappv1.BackgroundPropagationPolicyFinalizer}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: argocd.Namespace, Finalizers: []string{argoappv1.BackgroundPropagationPolicyFinalizer}},
 		Spec: argoappv1.ApplicationSpec{
 			Project:     "default",
 			Source:      &argoappv1.ApplicationSource{RepoURL: repoURL, TargetRevision: "main", Path: "app"},
@@ -125,7 +126,7 @@ func persistedStackHealth(app *argoappv1.Application, name string) (*argoappv1.H
 //   - deleting the Application (resources finalizer) deletes the Stack, whose
 //     destroyOnFinalize destroys the stack's resources.
 func TestApplicationFollowsStack(t *testing.T) {
-	for _, v := range Versions {
+	for _, v := range argocd.Versions {
 		t.Run("argocd-"+string(v), func(t *testing.T) {
 			start := time.Now()
 			applicationFollowsStack(t, startArgo(t, v))
@@ -183,7 +184,7 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 		return err == nil
 	}
 	// stackHealth is the Stack's health from Argo CD's API server.
-	stackHealth := func() *Health {
+	stackHealth := func() *argocd.Health {
 		t.Helper()
 		h, err := argo.ResourceHealth(ctx, app.Name, pulumiv1.GroupVersion.WithKind("Stack").GroupKind(), ns, "web")
 		if err != nil {
@@ -200,7 +201,7 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 		}
 	})
 	fail := func(what string) { t.Helper(); t.Fatal(what) }
-	poll := func(timeout time.Duration, what string, cond func(*argoappv1.Application, *pulumiv1.Stack, *Health) bool) {
+	poll := func(timeout time.Duration, what string, cond func(*argoappv1.Application, *pulumiv1.Stack, *argocd.Health) bool) {
 		t.Helper()
 		substrate.Eventually(t, timeout, what, func() (bool, error) {
 			if err := argo.Exited(); err != nil {
@@ -218,7 +219,7 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 	//    of its resources, and wave 1's ConfigMap does not exist yet. Its
 	//    Progressing is seen in step 2, when every resource exists.)
 	var sawWaiting bool
-	poll(4*time.Minute, "Application Healthy and Synced after the first update", func(a *argoappv1.Application, s *pulumiv1.Stack, h *Health) bool {
+	poll(4*time.Minute, "Application Healthy and Synced after the first update", func(a *argoappv1.Application, s *pulumiv1.Stack, h *argocd.Health) bool {
 		op := a.Status.OperationState
 		if s != nil && !isReady(s) && h != nil && h.Status == "Progressing" && op != nil && op.Phase == "Running" &&
 			strings.Contains(op.Message, "waiting for healthy state of pulumi.com/Stack/web") {
@@ -257,13 +258,13 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 	// 2. A failing program: the Application is Degraded with the failure;
 	//    a fix makes it Healthy again.
 	prog.Commit(t, "v2 fails", map[string]string{"Pulumi.yaml": program("v2", "update")})
-	poll(3*time.Minute, "Application Degraded by the failing update", func(a *argoappv1.Application, _ *pulumiv1.Stack, h *Health) bool {
+	poll(3*time.Minute, "Application Degraded by the failing update", func(a *argoappv1.Application, _ *pulumiv1.Stack, h *argocd.Health) bool {
 		return a.Status.Health.Status == "Degraded" && h != nil && h.Status == "Degraded" && strings.Contains(h.Message, "failOn=update")
 	})
 	took("failing commit pushed → Application Degraded")
 	sha3 := prog.Commit(t, "v3 fixed", map[string]string{"Pulumi.yaml": program("v3", "")})
 	var sawProgressing bool
-	poll(3*time.Minute, "Application Healthy at the fix", func(a *argoappv1.Application, s *pulumiv1.Stack, h *Health) bool {
+	poll(3*time.Minute, "Application Healthy at the fix", func(a *argoappv1.Application, s *pulumiv1.Stack, h *argocd.Health) bool {
 		if a.Status.Health.Status == "Progressing" && h != nil && h.Status == "Progressing" && s.Status.CurrentUpdate != nil {
 			sawProgressing = true
 		}
@@ -283,7 +284,7 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 	if err := argo.RunAction(ctx, app.Name, pulumiv1.GroupVersion.WithKind("Stack"), ns, "web", "reconcile-now"); err != nil {
 		t.Fatal(err)
 	}
-	poll(3*time.Minute, "the reconcile-now action acted on by a new update", func(_ *argoappv1.Application, s *pulumiv1.Stack, _ *Health) bool {
+	poll(3*time.Minute, "the reconcile-now action acted on by a new update", func(_ *argoappv1.Application, s *pulumiv1.Stack, _ *argocd.Health) bool {
 		req := s.Annotations["pulumi.com/reconciliation-request"]
 		return req != "" && s.Status.ObservedReconcileRequest == req && isReady(s) &&
 			s.Status.LastUpdate.Name != before && s.Status.LastUpdate.State == "succeeded" && s.Status.LastUpdate.LastSuccessfulCommit == sha3
@@ -321,7 +322,7 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 // v3 tracks resources by annotation and does not persist resource health in
 // the Application (it keeps it in the resource tree: resourceHealthSource
 // appTree); 2.14 persists it there, equal to the API's.
-func checkVersionDefaults(t *testing.T, e *argoEnv, a *argoappv1.Application, s *pulumiv1.Stack, h *Health) {
+func checkVersionDefaults(t *testing.T, e *argoEnv, a *argoappv1.Application, s *pulumiv1.Stack, h *argocd.Health) {
 	t.Helper()
 	if id := s.Annotations["argocd.argoproj.io/tracking-id"]; !strings.HasPrefix(id, a.Name+":") {
 		t.Errorf("Argo CD %s: the Stack's tracking-id annotation is %q, want annotation tracking of Application %s", e.build.Version, id, a.Name)

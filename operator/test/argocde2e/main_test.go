@@ -1,4 +1,4 @@
-package argocd
+package argocde2e
 
 import (
 	"context"
@@ -15,9 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // agentBin is the workspace agent built for this run.
@@ -44,17 +45,17 @@ func run(m *testing.M) int {
 // argoEnv is one version of Argo CD running against a control plane of its
 // own (each version installs its own CRDs).
 type argoEnv struct {
-	build Build
+	build argocd.Build
 	cp    *substrate.ControlPlane
 	c     client.Client
-	argo  *Instance
+	argo  *argocd.Instance
 }
 
 // startArgo starts a control plane and Argo CD version v on it for one test,
 // both stopped at its cleanup; a failing test gets the components' logs.
-func startArgo(t *testing.T, v Version) *argoEnv {
+func startArgo(t *testing.T, v argocd.Version) *argoEnv {
 	t.Helper()
-	build, err := Locate(v)
+	build, err := argocd.Locate(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func startArgo(t *testing.T, v Version) *argoEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	argo, err := Start(ctx, Options{Build: build, Env: cp.Env, Client: c, Dir: filepath.Join(t.TempDir(), "argocd"), RepoRoot: substrate.RepoRoot()})
+	argo, err := argocd.Start(ctx, argocd.Options{Build: build, Env: cp.Env, Client: c, Dir: filepath.Join(t.TempDir(), "argocd"), RepoRoot: substrate.RepoRoot()})
 	if err != nil {
 		t.Fatalf("start Argo CD %s: %v", build.Version, err)
 	}
@@ -103,5 +104,5 @@ func startOperator(t *testing.T, cp *substrate.ControlPlane, ns string, pe *subs
 		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{ns},
 	}
-	inprocess.StartOperator(t, cp.Config, opts)
+	operatortest.StartOperator(t, cp.Config, opts)
 }

@@ -1,8 +1,12 @@
-// Package inprocess runs Stackflow components inside a test process, against a
-// control plane of operator/test/substrate. It is apart from substrate
-// because it imports the operator assembly, which imports packages whose own
-// tests use substrate.
-package inprocess
+// Package operatortest runs the operator inside a test process, against a
+// control plane of test/framework/substrate, as net/http/httptest runs a
+// server. It is part of the test harness but lives beside the operator
+// assembly (operator/internal/operator) because it imports it, and Go lets
+// only code under operator/ import operator/internal; it is apart from
+// substrate because the assembly imports packages whose own tests use
+// substrate. It is linked into no binary of the product: the suites under
+// operator/test and the developer tools (operator/devtools) use it.
+package operatortest
 
 import (
 	"context"

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/stackflow-io/stackflow/analysis/tokensecret"
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
-	"github.com/stackflow-io/stackflow/operator/test/hostproxy"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/hostproxy"
 )
 
 // The hosts the example's pipeline reaches by name, served through the host

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // Enterprise is a faithful local GitHub Enterprise Server for what Kargo's
