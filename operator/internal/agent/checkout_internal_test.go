@@ -152,7 +152,7 @@ func TestCheckoutFetchTimesOut(t *testing.T) {
 // last fetch used is still redacted.
 func TestAppTokenRedactionStaysBounded(t *testing.T) {
 	pe := substrate.NewPulumi(t)
-	gh := fakegithub.New(t, "5150", "9001")
+	gh := fakegithub.NewApp(t, "5150", "9001")
 	gh.TokenTTL = 4 * time.Minute
 	// The agent exchanges through gitauth.DefaultAppTokens; its client
 	// trusts the fake GitHub's test authority for this test.

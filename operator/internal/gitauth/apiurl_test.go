@@ -144,7 +144,7 @@ func TestAPIURLPatternIsTheCRDs(t *testing.T) {
 // status only as a bounded line of printable text without the JWT sent, and
 // a redirect is not followed.
 func TestTokenErrorFromHostileAnswer(t *testing.T) {
-	gh := fakegithub.New(t, "4242", "777") // for the App's key
+	gh := fakegithub.NewApp(t, "4242", "777") // for the App's key
 	var elsewhere atomic.Int32
 	other := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
 	t.Cleanup(other.Close)

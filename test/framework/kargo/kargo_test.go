@@ -113,11 +113,12 @@ func TestKargoPromotesThroughAPullRequest(t *testing.T) {
 	program, srv := gitrepo.NewServedHTTP(t, "program.git", nil)
 	sha := program.Commit(t, "v1", map[string]string{"app/Pulumi.yaml": "name: app\nruntime: yaml\n"})
 
-	gh, err := fakegithub.StartEnterprise(t.TempDir(), "github.harness.test", token)
+	gh, err := fakegithub.Start(fakegithub.Options{GitRoot: t.TempDir(), Host: "github.harness.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer gh.Close()
+	gh.AddToken(token, "kargo", false)
 	proxy.Route(gh.Host, gh.Addr)
 	bare, err := gh.InitRepo(ctx, "org", "manifests")
 	if err != nil {
@@ -128,7 +129,7 @@ func TestKargoPromotesThroughAPullRequest(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	seed.Commit(t, "stack", map[string]string{"stacks/dev.yaml": "# the dev Stack\napiVersion: pulumi.com/v1\nkind: Stack\nmetadata:\n  name: dev\nspec:\n  commit: \"0000000000000000000000000000000000000000\"  # pinned by Kargo\n"})
-	manifests := gh.URL("org", "manifests")
+	manifests := gh.CloneURL("org", "manifests")
 
 	apply(t, `apiVersion: kargo.akuity.io/v1alpha1
 kind: Project

@@ -75,7 +75,7 @@ type Pipeline struct {
 	// Namespace is the Kargo project's namespace.
 	Namespace string
 	// GitHub holds the manifests repository.
-	GitHub *fakegithub.Enterprise
+	GitHub *fakegithub.Server
 	// ManifestsURL is its clone URL.
 	ManifestsURL string
 	// Example is what was applied.
@@ -102,9 +102,10 @@ func StartPipeline(ctx context.Context, o PipelineOptions) (_ *Pipeline, err err
 		say = func(string, ...any) {}
 	}
 	p := &Pipeline{Namespace: ExampleProject, c: o.Client}
-	if p.GitHub, err = fakegithub.StartEnterprise(o.Dir, GitHubHost, o.GitHubToken); err != nil {
+	if p.GitHub, err = fakegithub.Start(fakegithub.Options{GitRoot: o.Dir, Host: GitHubHost}); err != nil {
 		return nil, err
 	}
+	p.GitHub.AddToken(o.GitHubToken, "kargo", false)
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -117,7 +118,7 @@ func StartPipeline(ctx context.Context, o PipelineOptions) (_ *Pipeline, err err
 	p.GitHub.Public = true
 	o.Proxy.Route(GitHubHost, p.GitHub.Addr)
 	o.Proxy.Route(AnalysisHost, o.AnalysisAddr)
-	p.ManifestsURL = p.GitHub.URL(ManifestsOwner, ManifestsRepo)
+	p.ManifestsURL = p.GitHub.CloneURL(ManifestsOwner, ManifestsRepo)
 	if p.Example, err = LoadExample(ExampleOptions{RepoRoot: o.RepoRoot, ProgramURL: o.ProgramURL, ManifestsURL: p.ManifestsURL, RetryCap: o.RetryCap}); err != nil {
 		return nil, err
 	}

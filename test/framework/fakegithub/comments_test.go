@@ -1,4 +1,4 @@
-package githubtest
+package fakegithub
 
 import (
 	"encoding/json"
@@ -25,7 +25,7 @@ func do(t *testing.T, method, url, auth, body string) (*http.Response, string) {
 }
 
 func TestServer(t *testing.T) {
-	s := New(t)
+	s := New(t, Options{})
 	u := s.AddToken("t", "me", false)
 	s.AddToken("ro", "fork", true)
 	for i := range 5 {

@@ -1,21 +1,30 @@
-package githubtest
+package fakegithub
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 )
 
-type prefixKey struct{}
+// Issue comments and commit statuses, as the GitHub Action's client uses
+// them: comments with real pagination (per_page, page and a Link header with
+// next/last/prev/first), edits and deletes by their author only, the
+// 65,536-character body limit (422), and commit statuses (422 for a
+// description over 140 characters or a context over 255); a read-only token
+// gets 403 "Resource not accessible by integration" on writes, as a fork
+// PR's token does.
+
+// Documentation URLs of the errors of these endpoints.
+const (
+	docComments = "https://docs.github.com/rest/issues/comments"
+	docStatuses = "https://docs.github.com/rest/commits/statuses#create-a-commit-status"
+)
 
 // MaxBody is GitHub's limit on a comment body, in characters.
 const MaxBody = 65536
@@ -26,13 +35,6 @@ const (
 	MaxStatusDescription = 140
 	MaxStatusContext     = 255
 )
-
-// User is an account the server knows.
-type User struct {
-	Login string `json:"login"`
-	ID    int64  `json:"id"`
-	Type  string `json:"type"` // "User" or "Bot"
-}
 
 // Comment is an issue comment as the server stores it.
 type Comment struct {
@@ -54,125 +56,6 @@ type Status struct {
 	Description      string
 	TargetURL        string
 	Creator          User
-}
-
-type token struct {
-	user     User
-	readOnly bool
-	app      bool // an installation token: GET /user is 403
-}
-
-// Server is the fake GitHub. Start one with New; it is closed by the
-// test's cleanup.
-type Server struct {
-	*httptest.Server
-
-	mu       sync.Mutex
-	tokens   map[string]token
-	comments []*Comment
-	statuses []Status
-	nextID   int64
-	clock    time.Time
-	latency  time.Duration
-	maxBody  int
-	requests []string
-	bodies   []int // lengths (characters) of comment bodies received
-}
-
-// New starts a server and registers its Close with t.Cleanup.
-func New(t interface{ Cleanup(func()) }) *Server {
-	s := &Server{
-		tokens:  map[string]token{},
-		nextID:  1000,
-		clock:   time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		maxBody: MaxBody,
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /user", s.getUser)
-	// GET .../issues/{number}/comments and GET .../issues/comments/{id}
-	// overlap as patterns; one route tells them apart.
-	mux.HandleFunc("GET /repos/{owner}/{repo}/issues/{a}/{b}", func(w http.ResponseWriter, r *http.Request) {
-		switch a, b := r.PathValue("a"), r.PathValue("b"); {
-		case a == "comments":
-			r.SetPathValue("id", b)
-			s.getComment(w, r)
-		case b == "comments":
-			r.SetPathValue("number", a)
-			s.listComments(w, r)
-		default:
-			writeError(w, http.StatusNotFound, "Not Found")
-		}
-	})
-	mux.HandleFunc("POST /repos/{owner}/{repo}/issues/{number}/comments", s.createComment)
-	mux.HandleFunc("PATCH /repos/{owner}/{repo}/issues/comments/{id}", s.editComment)
-	mux.HandleFunc("DELETE /repos/{owner}/{repo}/issues/comments/{id}", s.deleteComment)
-	mux.HandleFunc("POST /repos/{owner}/{repo}/statuses/{sha}", s.createStatus)
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.requests = append(s.requests, r.Method+" "+r.URL.RequestURI())
-		lat := s.latency
-		s.mu.Unlock()
-		if lat > 0 {
-			time.Sleep(lat)
-		}
-		if p, ok := strings.CutPrefix(r.URL.Path, "/api/v3/"); ok {
-			r2 := r.Clone(context.WithValue(r.Context(), prefixKey{}, "/api/v3"))
-			r2.URL.Path = "/" + p
-			r2.URL.RawPath = ""
-			r = r2
-		}
-		if _, ok := s.auth(r); !ok {
-			writeError(w, http.StatusUnauthorized, "Bad credentials")
-			return
-		}
-		mux.ServeHTTP(w, r)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-// BaseURL is the API root as GITHUB_API_URL has it on github.com-like
-// layout ("http://127.0.0.1:port"); EnterpriseURL the GHES layout.
-func (s *Server) BaseURL() string       { return s.URL }
-func (s *Server) EnterpriseURL() string { return s.URL + "/api/v3" }
-
-// AddToken registers a personal/user token authenticating as login.
-func (s *Server) AddToken(tok, login string, readOnly bool) User {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u := User{Login: login, ID: s.userID(login), Type: "User"}
-	s.tokens[tok] = token{user: u, readOnly: readOnly}
-	return u
-}
-
-// AddAppToken registers a GitHub App installation token, as the workflow's
-// GITHUB_TOKEN is: GET /user answers 403 "Resource not accessible by
-// integration" and comments are authored by botLogin (e.g.
-// "github-actions[bot]"), a Bot. GitHub's installation tokens start with
-// "ghs_"; tests pass another form to play an older GitHub Enterprise
-// Server's.
-func (s *Server) AddAppToken(tok, botLogin string, readOnly bool) User {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u := User{Login: botLogin, ID: s.userID(botLogin), Type: "Bot"}
-	s.tokens[tok] = token{user: u, readOnly: readOnly, app: true}
-	return u
-}
-
-func (s *Server) userID(login string) int64 {
-	var h int64 = 7
-	for _, c := range login {
-		h = (h*31 + int64(c)) % 1_000_000_007
-	}
-	return h
-}
-
-// SetLatency delays every request by d (before it is handled), so that
-// concurrent clients' read-modify-writes overlap.
-func (s *Server) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	s.latency = d
-	s.mu.Unlock()
 }
 
 // SetMaxBody lowers the body limit (to provoke a 422 from a client that
@@ -224,54 +107,12 @@ func (s *Server) Statuses(owner, repo, sha string) []Status {
 	return out
 }
 
-// Requests returns "METHOD /uri" of every request received.
-func (s *Server) Requests() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string{}, s.requests...)
-}
-
 // BodyLengths returns the length in characters of every comment body
 // received by create or edit, including rejected ones.
 func (s *Server) BodyLengths() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]int{}, s.bodies...)
-}
-
-func (s *Server) auth(r *http.Request) (token, bool) {
-	h := r.Header.Get("Authorization")
-	var t string
-	if v, ok := strings.CutPrefix(h, "Bearer "); ok {
-		t = v
-	} else if v, ok := strings.CutPrefix(h, "token "); ok {
-		t = v
-	} else {
-		return token{}, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	tok, ok := s.tokens[t]
-	return tok, ok
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]any{"message": msg, "documentation_url": "https://docs.github.com/rest"})
-}
-
-func (s *Server) getUser(w http.ResponseWriter, r *http.Request) {
-	tok, _ := s.auth(r)
-	if tok.app {
-		writeError(w, http.StatusForbidden, "Resource not accessible by integration")
-		return
-	}
-	writeJSON(w, http.StatusOK, tok.user)
 }
 
 type apiComment struct {
@@ -288,13 +129,12 @@ type apiComment struct {
 }
 
 func (s *Server) api(r *http.Request, c *Comment) apiComment {
-	prefix, _ := r.Context().Value(prefixKey{}).(string)
-	base := "http://" + r.Host + prefix
+	base := s.apiBase(r)
 	return apiComment{
 		ID:                c.ID,
 		NodeID:            fmt.Sprintf("IC_%d", c.ID),
 		URL:               fmt.Sprintf("%s/repos/%s/%s/issues/comments/%d", base, c.Owner, c.Repo, c.ID),
-		HTMLURL:           fmt.Sprintf("https://github.test/%s/%s/pull/%d#issuecomment-%d", c.Owner, c.Repo, c.Issue, c.ID),
+		HTMLURL:           s.webURL(fmt.Sprintf("/%s/%s/pull/%d", c.Owner, c.Repo, c.Issue)) + fmt.Sprintf("#issuecomment-%d", c.ID),
 		IssueURL:          fmt.Sprintf("%s/repos/%s/%s/issues/%d", base, c.Owner, c.Repo, c.Issue),
 		Body:              c.Body,
 		User:              c.User,
@@ -316,7 +156,7 @@ func (s *Server) listComments(w http.ResponseWriter, r *http.Request) {
 	owner, repo := r.PathValue("owner"), r.PathValue("repo")
 	issue, err := strconv.Atoi(r.PathValue("number"))
 	if err != nil {
-		writeError(w, http.StatusNotFound, "Not Found")
+		writeError(w, http.StatusNotFound, "Not Found", docComments)
 		return
 	}
 	q := r.URL.Query()
@@ -334,8 +174,7 @@ func (s *Server) listComments(w http.ResponseWriter, r *http.Request) {
 	last := max(1, (len(all)+perPage-1)/perPage)
 	from, to := min(len(all), (page-1)*perPage), min(len(all), page*perPage)
 	link := func(p int, rel string) string {
-		prefix, _ := r.Context().Value(prefixKey{}).(string)
-		u := url.URL{Scheme: "http", Host: r.Host, Path: prefix + r.URL.Path}
+		u, _ := url.Parse(s.apiBase(r) + r.URL.Path)
 		v := url.Values{}
 		v.Set("per_page", strconv.Itoa(perPage))
 		v.Set("page", strconv.Itoa(p))
@@ -360,7 +199,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, tok token) (st
 		Body *string `json:"body"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Body == nil {
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"message": "Invalid request.\n\n\"body\" wasn't supplied."})
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"message": "Invalid request.\n\n\"body\" wasn't supplied.", "documentation_url": docComments, "status": "422"})
 		return "", false
 	}
 	n := utf8.RuneCountInString(*in.Body)
@@ -369,18 +208,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, tok token) (st
 	limit := s.maxBody
 	s.mu.Unlock()
 	if tok.readOnly {
-		writeError(w, http.StatusForbidden, "Resource not accessible by integration")
+		writeError(w, http.StatusForbidden, "Resource not accessible by integration", docComments)
 		return "", false
 	}
 	if n > limit {
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{
-			"message": "Validation Failed",
-			"errors": []map[string]string{{
-				"resource": "IssueComment", "code": "custom", "field": "body",
-				"message": fmt.Sprintf("body is too long (maximum is %d characters)", limit),
-			}},
-			"documentation_url": "https://docs.github.com/rest/issues/comments#create-an-issue-comment",
-		})
+		validationFailed(w, "IssueComment", "body", "custom", fmt.Sprintf("body is too long (maximum is %d characters)", limit), docComments+"#create-an-issue-comment")
 		return "", false
 	}
 	return *in.Body, true
@@ -390,7 +222,7 @@ func (s *Server) createComment(w http.ResponseWriter, r *http.Request) {
 	tok, _ := s.auth(r)
 	issue, err := strconv.Atoi(r.PathValue("number"))
 	if err != nil {
-		writeError(w, http.StatusNotFound, "Not Found")
+		writeError(w, http.StatusNotFound, "Not Found", docComments)
 		return
 	}
 	body, ok := s.readBody(w, r, tok)
@@ -428,7 +260,7 @@ func (s *Server) getComment(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if c == nil {
-		writeError(w, http.StatusNotFound, "Not Found")
+		writeError(w, http.StatusNotFound, "Not Found", docComments)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -440,7 +272,7 @@ func (s *Server) editComment(w http.ResponseWriter, r *http.Request) {
 	_, c := s.find(r)
 	s.mu.Unlock()
 	if c == nil {
-		writeError(w, http.StatusNotFound, "Not Found")
+		writeError(w, http.StatusNotFound, "Not Found", docComments)
 		return
 	}
 	body, ok := s.readBody(w, r, tok)
@@ -450,7 +282,7 @@ func (s *Server) editComment(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.User.ID != tok.user.ID {
-		writeError(w, http.StatusForbidden, "Resource not accessible by integration")
+		writeError(w, http.StatusForbidden, "Resource not accessible by integration", docComments)
 		return
 	}
 	s.clock = s.clock.Add(time.Second)
@@ -465,9 +297,9 @@ func (s *Server) deleteComment(w http.ResponseWriter, r *http.Request) {
 	i, c := s.find(r)
 	switch {
 	case c == nil:
-		writeError(w, http.StatusNotFound, "Not Found")
+		writeError(w, http.StatusNotFound, "Not Found", docComments)
 	case tok.readOnly || c.User.ID != tok.user.ID:
-		writeError(w, http.StatusForbidden, "Resource not accessible by integration")
+		writeError(w, http.StatusForbidden, "Resource not accessible by integration", docComments)
 	default:
 		s.comments = append(s.comments[:i], s.comments[i+1:]...)
 		w.WriteHeader(http.StatusNoContent)
@@ -485,16 +317,15 @@ func (s *Server) createStatus(w http.ResponseWriter, r *http.Request) {
 		Context     string `json:"context"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
-		writeError(w, http.StatusBadRequest, "Problems parsing JSON")
+		writeError(w, http.StatusBadRequest, "Problems parsing JSON", docStatuses)
 		return
 	}
 	if tok.readOnly {
-		writeError(w, http.StatusForbidden, "Resource not accessible by integration")
+		writeError(w, http.StatusForbidden, "Resource not accessible by integration", docStatuses)
 		return
 	}
 	invalid := func(field, msg string) {
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"message": "Validation Failed",
-			"errors": []map[string]string{{"resource": "Status", "code": "custom", "field": field, "message": msg}}})
+		validationFailed(w, "Status", field, "custom", msg, docStatuses)
 	}
 	switch {
 	case !states[in.State]:
@@ -519,6 +350,6 @@ func (s *Server) createStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"id": n, "state": st.State, "context": st.Context, "description": st.Description,
 		"target_url": st.TargetURL, "creator": st.Creator,
-		"url": fmt.Sprintf("http://%s/repos/%s/%s/statuses/%s", r.Host, st.Owner, st.Repo, st.SHA),
+		"url": fmt.Sprintf("%s/repos/%s/%s/statuses/%s", s.apiBase(r), st.Owner, st.Repo, st.SHA),
 	})
 }

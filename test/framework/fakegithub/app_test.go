@@ -2,6 +2,7 @@ package fakegithub
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ import (
 // TestServerIsStrict: the fake refuses what GitHub refuses, so a client
 // passing against it sends what GitHub needs.
 func TestServerIsStrict(t *testing.T) {
-	s := New(t, "12", "34")
+	s := NewApp(t, "12", "34")
 	now := time.Now()
 	sign := func(iss string, iat, exp time.Time, key any) string {
 		tok, err := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.RegisteredClaims{Issuer: iss,
@@ -74,5 +75,57 @@ func TestServerIsStrict(t *testing.T) {
 	}
 	if s.Valid("ghs_never-issued") {
 		t.Fatal("an unissued token is valid")
+	}
+}
+
+// TestInstallationTokenIsTheBots: a token the App's exchange issued
+// authenticates the REST API as the App's bot (GET /user refused, as GitHub
+// refuses an installation token; a comment authored by <slug>[bot]) in both
+// layouts, until it expires; then "Bad credentials".
+func TestInstallationTokenIsTheBots(t *testing.T) {
+	s := New(t, Options{TLS: true, AppID: "12", Installations: []string{"34"}, AppSlug: "stackflow-preview"})
+	now := time.Now()
+	s.Now = func() time.Time { return now }
+	jwtTok, err := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.RegisteredClaims{Issuer: "12",
+		IssuedAt: jwt.NewNumericDate(now.Add(-time.Minute)), ExpiresAt: jwt.NewNumericDate(now.Add(9 * time.Minute))}).SignedString(s.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, url, auth, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Accept", "application/vnd.github+json")
+		req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+		req.Header.Set("Authorization", auth)
+		resp, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := do("POST", s.EnterpriseURL()+"/app/installations/34/access_tokens", "Bearer "+jwtTok, "")
+	var issued struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(body), &issued); code != 201 || err != nil || !s.Valid(issued.Token) {
+		t.Fatalf("exchange under /api/v3: %d %s", code, body)
+	}
+	if code, body := do("GET", s.URL+"/user", "token "+issued.Token, ""); code != 403 || !strings.Contains(body, "Resource not accessible by integration") {
+		t.Errorf("GET /user with an installation token: %d %s", code, body)
+	}
+	if code, body := do("POST", s.URL+"/repos/o/r/issues/1/comments", "Bearer "+issued.Token, `{"body":"hi"}`); code != 201 {
+		t.Fatalf("comment with an installation token: %d %s", code, body)
+	}
+	if cs := s.Comments("o", "r", 1); len(cs) != 1 || cs[0].User.Login != "stackflow-preview[bot]" || cs[0].User.Type != "Bot" {
+		t.Errorf("comment authored by %+v, want the App's bot", cs)
+	}
+	now = now.Add(s.TokenTTL)
+	if code, body := do("POST", s.URL+"/repos/o/r/issues/1/comments", "Bearer "+issued.Token, `{"body":"late"}`); code != 401 || !strings.Contains(body, "Bad credentials") || s.Valid(issued.Token) {
+		t.Errorf("comment with an expired installation token: %d %s", code, body)
+	}
+	if got := s.Calls(); got != 1 {
+		t.Errorf("Calls() = %d, want the one exchange", got)
 	}
 }

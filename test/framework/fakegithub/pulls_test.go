@@ -22,11 +22,12 @@ import (
 func TestEnterprisePullRequests(t *testing.T) {
 	ctx := context.Background()
 	const host, token = "github.example.test", "ghp_test0123456789"
-	e, err := StartEnterprise(t.TempDir(), host, token)
+	e, err := Start(Options{GitRoot: t.TempDir(), Host: host})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
+	e.AddToken(token, "kargo", false)
 	p, err := hostproxy.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -50,15 +51,15 @@ func TestEnterprisePullRequests(t *testing.T) {
 		}
 		return nil
 	}
-	remote := strings.Replace(e.URL("org", "manifests"), "http://", "http://kargo:"+token+"@", 1)
-	wrong := strings.Replace(e.URL("org", "manifests"), "http://", "http://kargo:nope@", 1)
+	remote := strings.Replace(e.CloneURL("org", "manifests"), "http://", "http://kargo:"+token+"@", 1)
+	wrong := strings.Replace(e.CloneURL("org", "manifests"), "http://", "http://kargo:nope@", 1)
 	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"commit", "-q", "--allow-empty", "-m", "one"}, {"push", "-q", remote, "main"},
 		{"checkout", "-q", "-b", "promo"}, {"commit", "-q", "--allow-empty", "-m", "two"}, {"push", "-q", remote, "promo"}} {
 		if err := git(token, args...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	anonymous := e.URL("org", "manifests")
+	anonymous := e.CloneURL("org", "manifests")
 	if err := git("", "ls-remote", wrong); err == nil {
 		t.Error("git ls-remote with a wrong token succeeded")
 	}
