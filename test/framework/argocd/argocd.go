@@ -220,7 +220,7 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	}
 	in.RedisAddr = in.redis.Addr()
 
-	ports, err := freePorts(5)
+	ports, err := substrate.FreePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +311,7 @@ func (in *Instance) Exited() error {
 	for _, p := range in.procs {
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited (%v): %s", p.name, p.err, tail(p.log, 2000))
+			return fmt.Errorf("%s exited (%v): %s", p.name, p.err, substrate.Tail(p.log, 2000))
 		default:
 		}
 	}
@@ -324,7 +324,7 @@ func (in *Instance) Logs(n int) string {
 	defer in.mu.Unlock()
 	var b strings.Builder
 	for _, p := range in.procs {
-		fmt.Fprintf(&b, "---- %s (%s)\n%s\n", p.name, p.log, tail(p.log, n))
+		fmt.Fprintf(&b, "---- %s (%s)\n%s\n", p.name, p.log, substrate.Tail(p.log, n))
 	}
 	return b.String()
 }
@@ -340,10 +340,10 @@ func (in *Instance) start(o Options, name string, env, args []string) (*process,
 	cmd.Dir = o.Dir
 	var out io.Writer = f
 	if o.Log != nil {
-		out = io.MultiWriter(f, prefixWriter(o.Log, name))
+		out = io.MultiWriter(f, substrate.PrefixWriter(o.Log, name))
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = substrate.ChildProcAttr(false)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -373,13 +373,13 @@ func waitListening(ctx context.Context, p *process, port int) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before listening on %s (%v): %s", p.name, addr, p.err, tail(p.log, 3000))
+			return fmt.Errorf("%s exited before listening on %s (%v): %s", p.name, addr, p.err, substrate.Tail(p.log, 3000))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not listening on %s after 2 minutes: %s", p.name, addr, tail(p.log, 3000))
+			return fmt.Errorf("%s not listening on %s after 2 minutes: %s", p.name, addr, substrate.Tail(p.log, 3000))
 		}
 	}
 }
@@ -540,62 +540,4 @@ func tailBytes(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
-
-// prefixWriter writes each line to w prefixed with name.
-func prefixWriter(w io.Writer, name string) io.Writer {
-	return &linePrefixer{w: w, prefix: "[" + name + "] "}
-}
-
-type linePrefixer struct {
-	mu     sync.Mutex
-	w      io.Writer
-	prefix string
-	buf    []byte
-}
-
-func (l *linePrefixer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		if _, err := io.WriteString(l.w, l.prefix+string(l.buf[:i+1])); err != nil {
-			return len(p), err
-		}
-		l.buf = l.buf[i+1:]
-	}
 }

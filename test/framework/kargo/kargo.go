@@ -423,7 +423,7 @@ const credentialHelperPath = "/usr/local/bin/credential-helper"
 func command(b Build, withHelper bool, sub string) (*exec.Cmd, error) {
 	if !withHelper || sameFile(credentialHelperPath, b.CredentialHelper) {
 		cmd := exec.Command(b.Binary, sub)
-		cmd.SysProcAttr = sysProcAttr(false)
+		cmd.SysProcAttr = substrate.ChildProcAttr(false)
 		return cmd, nil
 	}
 	if os.Geteuid() != 0 {
@@ -434,7 +434,7 @@ func command(b Build, withHelper bool, sub string) (*exec.Cmd, error) {
 	// propagates to the machine), bind-mounts the build's directory over
 	// /usr/local/bin and becomes the controller.
 	cmd := exec.Command("/bin/sh", "-c", `mount --bind "$1" /usr/local/bin && exec "$2" "$3"`, "sh", filepath.Dir(b.CredentialHelper), b.Binary, sub)
-	cmd.SysProcAttr = sysProcAttr(true)
+	cmd.SysProcAttr = substrate.ChildProcAttr(true)
 	return cmd, nil
 }
 

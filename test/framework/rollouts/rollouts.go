@@ -95,7 +95,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := substrate.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		out = io.MultiWriter(logFile, substrate.PrefixWriter(o.Log, "rollouts-controller"))
 	}
 	c.cmd.Stdout, c.cmd.Stderr = out, out
-	c.cmd.SysProcAttr = sysProcAttr()
+	c.cmd.SysProcAttr = substrate.ChildProcAttr(false)
 	if err := c.cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, err
@@ -158,23 +158,4 @@ func (c *Controller) Stop() {
 		_ = c.cmd.Process.Kill()
 		<-c.done
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

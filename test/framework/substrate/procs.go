@@ -3,6 +3,7 @@ package substrate
 import (
 	"bytes"
 	"io"
+	"net"
 	"os"
 	"sync"
 )
@@ -48,4 +49,25 @@ func Tail(path string, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// FreePorts returns n distinct loopback ports free at the time of the call,
+// for components that must be told their ports before they start.
+func FreePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
