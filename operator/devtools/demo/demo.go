@@ -50,7 +50,7 @@ import (
 	"github.com/stackflow-io/stackflow/kargo-steps/waiter"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/internal/devenv"
+	"github.com/stackflow-io/stackflow/operator/devtools/devenv"
 	"github.com/stackflow-io/stackflow/test/framework/argocd"
 	"github.com/stackflow-io/stackflow/test/framework/kargo"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"

@@ -29,7 +29,7 @@ func TestSIGTERMStopsTheRun(t *testing.T) {
 	substrate.MustLocate(t)
 	root := substrate.RepoRoot()
 	devBin := filepath.Join(t.TempDir(), "stackflow-dev")
-	build := exec.Command("go", "build", "-o", devBin, "./operator/cmd/stackflow-dev")
+	build := exec.Command("go", "build", "-o", devBin, "./operator/devtools/cmd/stackflow-dev")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build stackflow-dev: %v\n%s", err, out)
@@ -67,7 +67,7 @@ func TestSIGTERMStopsTheRun(t *testing.T) {
 			// go run dies of SIGTERM without passing it on.
 			name: "go run, its process",
 			cmd: func(dir string) *exec.Cmd {
-				return exec.Command("go", "run", "./operator/cmd/stackflow-dev", "--no-sample", "--dir="+dir)
+				return exec.Command("go", "run", "./operator/devtools/cmd/stackflow-dev", "--no-sample", "--dir="+dir)
 			},
 		},
 	}

@@ -16,7 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/stackflow-io/stackflow/operator/internal/demo"
+	"github.com/stackflow-io/stackflow/operator/devtools/demo"
 	"github.com/stackflow-io/stackflow/test/framework/argocd"
 )
 

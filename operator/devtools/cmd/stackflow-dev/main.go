@@ -14,7 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/stackflow-io/stackflow/operator/internal/devenv"
+	"github.com/stackflow-io/stackflow/operator/devtools/devenv"
 )
 
 func main() {
