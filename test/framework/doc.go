@@ -31,5 +31,5 @@
 //
 // The framework imports no product package but the API types, the image
 // specs (cluster) and the analysis token Secret format (kargo); nothing that
-// ships imports it.
+// ships imports it (TestNothingThatShipsImportsTheHarness).
 package framework
