@@ -102,7 +102,7 @@ test: ## Obtain the substrate, then run the whole test suite (and the cluster te
 # CPU-minutes cold); make test still runs these tests on it when it is cached.
 test-argocd-2.14: ## Build Argo CD v2.14 (~19 CPU-min cold) and run the Argo CD tests on it and on v3
 	$(SUBSTRATE) all argocd
-	eval "$$($(SUBSTRATE) env)" && go test -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./operator/test/argocd/
+	eval "$$($(SUBSTRATE) env)" && go test -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./test/framework/argocd/ ./operator/test/argocde2e/
 
 .PHONY: test-cluster-if-cached
 # CLUSTER_TESTS=auto (the default) runs them when their substrate is cached
@@ -139,7 +139,7 @@ cluster-images: ## Build the test cluster's pause and test workspace images (lin
 # Built, then exec'd, like run, so that Ctrl-C reaches it and it tears down.
 cluster: ## Start a single-node cluster from real components (root; hack/substrate.sh cluster) and print its kubeconfig; Ctrl-C stops it
 	$(SUBSTRATE) cluster && $(SUBSTRATE) pulumi && $(SUBSTRATE) pulumi-yaml
-	go build -o bin/stackflow-cluster ./operator/cmd/stackflow-cluster
+	go build -o bin/stackflow-cluster ./operator/devtools/cmd/stackflow-cluster
 	eval "$$($(SUBSTRATE) env)" && exec ./bin/stackflow-cluster $(CLUSTER_ARGS)
 
 .PHONY: test-cluster
@@ -156,7 +156,7 @@ bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stack
 .PHONY: demo
 # Built, then exec'd, like run. DEMO_ARGS="--yes --exit" runs it unattended.
 demo: substrate-demo ## Roll a release out dev → test → prod with the real operator, analysis service, Argo CD v3 and (where built) Kargo, offline (DEMO_ARGS=-h lists options; --argocd-version 2.14 runs v2.14)
-	go build -o bin/stackflow-demo ./operator/cmd/stackflow-demo
+	go build -o bin/stackflow-demo ./operator/devtools/cmd/stackflow-demo
 	exec ./bin/stackflow-demo $(DEMO_ARGS)
 
 .PHONY: run
@@ -164,5 +164,5 @@ demo: substrate-demo ## Roll a release out dev → test → prod with the real o
 # make passes SIGTERM to the recipe's process, which then is stackflow-dev
 # itself, and Ctrl-C or SIGTERM stops the control plane and agents it started.
 run: substrate-run ## Run Stackflow locally: control plane, operator (local runtime), file backend, a sample Stack (RUN_ARGS=-h lists options)
-	go build -o bin/stackflow-dev ./operator/cmd/stackflow-dev
+	go build -o bin/stackflow-dev ./operator/devtools/cmd/stackflow-dev
 	exec ./bin/stackflow-dev $(RUN_ARGS)

@@ -27,7 +27,7 @@
 //
 // What the controllers do with these objects is shown elsewhere, by the real
 // ones: operator/test/kargoe2e promotes examples/kargo with Kargo, Argo CD
-// and Argo Rollouts; operator/test/argocd and the demo sync with Argo CD.
+// and Argo Rollouts; operator/test/argocde2e and the demo sync with Argo CD.
 // Inputs outside the repository: the substrate (./hack/substrate.sh env:
 // KUBEBUILDER_ASSETS, STACKFLOW_ARGOCD, STACKFLOW_ROLLOUTS) and Kargo's
 // reference data in ../shared/kargo, beside the repository root

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	argocdhealth "github.com/stackflow-io/stackflow/argocd-health"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // TestHealthInstallCoversTheExamples: the argocd-health install the READMEs

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 const (

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gen-tools-netpol.sh regenerates hack/tools/netpol/go.mod: kube-network-policies,
-# the NetworkPolicy controller the single-node cluster (operator/test/cluster) runs
+# the NetworkPolicy controller the single-node cluster (test/framework/cluster) runs
 # beside the bridge CNI, built in a module of its own whose go.mod is
 # kube-network-policies' own (module line renamed, the module required), so its
 # k8s 0.32 pins never reach the main module.

@@ -294,7 +294,7 @@ build_kube() {
 }
 
 # build_cluster builds the node and controller components of the single-node
-# cluster (operator/test/cluster) from the same tools module as kube-apiserver, each
+# cluster (test/framework/cluster) from the same tools module as kube-apiserver, each
 # timed, into its own directory so that the kube-… directory stays valid.
 build_cluster() {
   local out=$1 ld bin start; ld=$(kube_ldflags)

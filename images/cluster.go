@@ -10,12 +10,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 )
 
-// Names of the images of the single-node test cluster (operator/test/cluster).
+// Names of the images of the single-node test cluster (test/framework/cluster).
 const (
 	PauseImage         = "stackflow-pause"
 	TestWorkspaceImage = "stackflow-test-workspace"
 	// NetprobePath is stackflow-netprobe in the test workspace image
-	// (operator/test/netprobe/cmd/stackflow-netprobe).
+	// (test/framework/netprobe/cmd/stackflow-netprobe).
 	NetprobePath = "/usr/local/bin/stackflow-netprobe"
 )
 
@@ -84,9 +84,9 @@ func Cluster(p TestWorkspacePaths) ([]Spec, error) {
 			Description: "Stackflow test workspace: agent, pulumi, pulumi-language-yaml, the stackflowtest provider and stackflow-netprobe (tests only)",
 			Binaries: []Binary{
 				{Package: "./operator/cmd/agent", Path: agentPath},
-				{Package: "./operator/test/provider/cmd/pulumi-resource-stackflowtest", Path: pulumiBinDir + "/pulumi-resource-stackflowtest"},
+				{Package: "./test/framework/provider/cmd/pulumi-resource-stackflowtest", Path: pulumiBinDir + "/pulumi-resource-stackflowtest"},
 				// What a pod reaches, for the NetworkPolicy test.
-				{Package: "./operator/test/netprobe/cmd/stackflow-netprobe", Path: NetprobePath},
+				{Package: "./test/framework/netprobe/cmd/stackflow-netprobe", Path: NetprobePath},
 			},
 			Entrypoint: []string{agentPath},
 			Cmd:        []string{"serve"},

@@ -26,7 +26,7 @@ import (
 	"github.com/stackflow-io/stackflow/analysis/tokensecret"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // containerArgs returns the args of the first container of a Deployment or

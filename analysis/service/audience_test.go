@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/stackflow-io/stackflow/analysis/tokensecret"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // parseFlags binds Options to a flag set and parses args, as the binary does.

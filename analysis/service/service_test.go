@@ -21,7 +21,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 func TestValidate(t *testing.T) {

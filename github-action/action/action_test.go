@@ -14,11 +14,11 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 
 	"github.com/stackflow-io/stackflow/github-action/githubapi"
-	"github.com/stackflow-io/stackflow/github-action/githubapi/githubtest"
 	"github.com/stackflow-io/stackflow/github-action/inputs"
 	"github.com/stackflow-io/stackflow/github-action/report"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 const program = `name: web
@@ -44,7 +44,7 @@ const headSHA = "1111111111111111111111111111111111111111"
 // world is a fake GitHub, a real Pulumi environment and a runner's
 // variables.
 type world struct {
-	gh   *githubtest.Server
+	gh   *fakegithub.Server
 	pe   *substrate.Pulumi
 	ws   string
 	dirs struct{ summary, output string }
@@ -69,7 +69,7 @@ func newWorld(t *testing.T) *world {
 // previewed.
 func newGitHubWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{gh: githubtest.New(t), ws: t.TempDir()}
+	w := &world{gh: fakegithub.New(t, fakegithub.Options{}), ws: t.TempDir()}
 	w.gh.AddAppToken(rwToken, "github-actions[bot]", false)
 	w.gh.AddAppToken(forkToken, "github-actions[bot]", true)
 	return w

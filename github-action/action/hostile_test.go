@@ -15,7 +15,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/github-action/inputs"
 	"github.com/stackflow-io/stackflow/github-action/report"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // recorder is an HTTP listener standing for an attacker's host: it records

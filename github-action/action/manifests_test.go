@@ -8,7 +8,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/github-action/inputs"
 	"github.com/stackflow-io/stackflow/github-action/report"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // stackManifest is a Stack manifest in namespace dev.

@@ -19,5 +19,5 @@
 //
 // It imports the standard library, go-github and
 // github.com/stackflow-io/stackflow/github-action/report (rendering);
-// githubtest is for its tests only.
+// its tests use the repository's fake GitHub (test/framework/fakegithub).
 package githubapi

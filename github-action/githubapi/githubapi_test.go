@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/stackflow-io/stackflow/github-action/githubapi"
-	"github.com/stackflow-io/stackflow/github-action/githubapi/githubtest"
 	"github.com/stackflow-io/stackflow/github-action/report"
 	"github.com/stackflow-io/stackflow/github-action/result"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
 )
 
 const runURL = "https://github.test/acme/infra/actions/runs/7"
@@ -44,8 +44,8 @@ func opts() report.CommentOptions {
 	return report.CommentOptions{RunURL: runURL, Now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 }
 
-func marked(cs []githubtest.Comment) []githubtest.Comment {
-	var out []githubtest.Comment
+func marked(cs []fakegithub.Comment) []fakegithub.Comment {
+	var out []fakegithub.Comment
 	for _, c := range cs {
 		if report.IsComment(c.Body) {
 			out = append(out, c)
@@ -63,7 +63,7 @@ func keys(body string) []string {
 }
 
 func TestTwoRunsEditOneComment(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	srv.AddToken("tok", "ci-user", false)
 	c := client(t, srv.URL, "tok")
 	ctx := context.Background()
@@ -94,7 +94,7 @@ func TestTwoRunsEditOneComment(t *testing.T) {
 func TestConcurrentJobs(t *testing.T) {
 	for _, existing := range []bool{false, true} {
 		t.Run(fmt.Sprintf("existing=%v", existing), func(t *testing.T) {
-			srv := githubtest.New(t)
+			srv := fakegithub.New(t, fakegithub.Options{})
 			user := srv.AddToken("tok", "ci-user", false)
 			if existing {
 				body, _ := report.Comment("", []string{section(res("old/stack", 1))}, opts())
@@ -142,7 +142,7 @@ func TestConcurrentJobs(t *testing.T) {
 }
 
 func TestPaginationFindsPageThree(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	me := srv.AddToken("tok", "ci-user", false)
 	other := srv.AddToken("other", "someone-else", false)
 	markedBody, _ := report.Comment("", []string{section(res("web/dev", 1))}, opts())
@@ -182,7 +182,7 @@ func TestPaginationFindsPageThree(t *testing.T) {
 }
 
 func TestOldestOfSeveralMarkedComments(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	me := srv.AddToken("tok", "ci-user", false)
 	a, _ := report.Comment("", []string{section(res("a/a", 1))}, opts())
 	b, _ := report.Comment("", []string{section(res("b/b", 1))}, opts())
@@ -199,7 +199,7 @@ func TestOldestOfSeveralMarkedComments(t *testing.T) {
 }
 
 func TestAppTokenAndEnterprise(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	bot := srv.AddAppToken("app", "stackflow-preview[bot]", false)
 	human := srv.AddToken("human", "octocat", false)
 	body, _ := report.Comment("", []string{section(res("web/dev", 1))}, opts())
@@ -232,7 +232,7 @@ func TestAppTokenAndEnterprise(t *testing.T) {
 }
 
 func TestReadOnlyToken(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	srv.AddToken("ro", "fork-user", true)
 	c := client(t, srv.URL, "ro")
 	ctx := context.Background()
@@ -256,7 +256,7 @@ func TestReadOnlyToken(t *testing.T) {
 }
 
 func TestStatuses(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	srv.AddToken("tok", "ci-user", false)
 	c := client(t, srv.URL, "tok")
 	ctx := context.Background()
@@ -290,7 +290,7 @@ func TestStatuses(t *testing.T) {
 }
 
 func TestBodyLimits(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	srv.AddToken("tok", "ci-user", false)
 	c := client(t, srv.URL, "tok")
 	ctx := context.Background()
@@ -302,7 +302,7 @@ func TestBodyLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range srv.BodyLengths() {
-		if n > githubtest.MaxBody {
+		if n > fakegithub.MaxBody {
 			t.Errorf("a body of %d characters reached the server", n)
 		}
 	}
@@ -319,7 +319,7 @@ func TestBodyLimits(t *testing.T) {
 }
 
 func TestNoSecretAdded(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	srv.AddToken("tok", "ci-user", false)
 	c := client(t, srv.URL, "tok")
 	const secret = "hunter2-s3cr3t"
@@ -359,7 +359,7 @@ func count(reqs []string, prefix string) int {
 // comment (by marker and bot author) and never adopts a marked comment by
 // someone else.
 func TestDefaultTokenNeverAsksWhoItIs(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	srv.AddAppToken("ghs_defaultWorkflowToken", "github-actions[bot]", false)
 	human := srv.AddToken("ghp_human", "mallory", false)
 	forged, _ := report.Comment("", []string{section(res("web/dev", 9))}, opts())
@@ -389,7 +389,7 @@ func TestDefaultTokenNeverAsksWhoItIs(t *testing.T) {
 // the new write lacks are removed, other scopes' (and unscoped) sections
 // kept; a write with no sections leaves a comment saying nothing changes.
 func TestScopeRemovesStaleSections(t *testing.T) {
-	srv := githubtest.New(t)
+	srv := fakegithub.New(t, fakegithub.Options{})
 	srv.AddAppToken("ghs_tok", "github-actions[bot]", false)
 	c := client(t, srv.URL, "ghs_tok")
 	ctx := context.Background()

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stackflow-io/stackflow/github-action/preview"
 	"github.com/stackflow-io/stackflow/github-action/result"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // program is version 1 of the program repository's app/Pulumi.yaml; version

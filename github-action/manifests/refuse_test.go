@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 func TestRepoURL(t *testing.T) {

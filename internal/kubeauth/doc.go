@@ -14,7 +14,7 @@
 // the Prometheus client, and no other Stackflow package; it holds no HTTP
 // handler (the server calls Check from its own and writes the status the error
 // means, see StatusCode). Its tests may also import client-go's fake clientset
-// and operator/test/substrate: they run against a fake clientset (caching,
+// and test/framework/substrate: they run against a fake clientset (caching,
 // clock, errors) and against a real kube-apiserver with real ServiceAccount
 // tokens and RBAC.
 //

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/stackflow-io/stackflow/kargo-steps/kargoexpr"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // kargoDir is Kargo's reference data: CRDs and step schemas.

@@ -1,7 +1,7 @@
 // Package load holds the load benchmark of the analysis service
 // (BenchmarkVerificationLoad, `make bench-analysis`).
 //
-// The benchmark starts a real kube-apiserver and etcd (operator/test/substrate),
+// The benchmark starts a real kube-apiserver and etcd (test/framework/substrate),
 // creates 1,000 Stacks over 10 namespaces with the status a successful
 // update leaves (observedGeneration, lastUpdate, a Ready condition), builds
 // and runs ./analysis/cmd/stackflow-analysis as its own process with

@@ -3,7 +3,7 @@
 // Package kube pins the Kubernetes components that the tests run, built from the Go
 // module proxy: kube-apiserver and etcd (the envtest control plane), and
 // kube-controller-manager, kube-scheduler, kubelet and kube-proxy (the single-node cluster of
-// operator/test/cluster). It lives in its own module because the main module's
+// test/framework/cluster). It lives in its own module because the main module's
 // dependency set (argo-cd v2 needs filepath-securejoin v0.3.6) cannot build
 // kube-apiserver.
 package kube

@@ -1,5 +1,5 @@
 // Command stackflow-pause is the kubelet's sandbox ("pause") container of the
-// single-node test cluster (operator/test/cluster): it holds the pod's
+// single-node test cluster (test/framework/cluster): it holds the pod's
 // namespaces open by doing nothing until it is told to stop, and reaps any
 // child re-parented to it. No registry is reachable from the test machine,
 // so the upstream registry.k8s.io/pause image cannot be pulled; this one is

@@ -24,8 +24,8 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 const program = `name: agenttest

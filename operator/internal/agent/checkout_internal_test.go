@@ -18,9 +18,9 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // checkoutServer is a server with a git source and no program, enough for
@@ -152,7 +152,7 @@ func TestCheckoutFetchTimesOut(t *testing.T) {
 // last fetch used is still redacted.
 func TestAppTokenRedactionStaysBounded(t *testing.T) {
 	pe := substrate.NewPulumi(t)
-	gh := fakegithub.New(t, "5150", "9001")
+	gh := fakegithub.NewApp(t, "5150", "9001")
 	gh.TokenTTL = 4 * time.Minute
 	// The agent exchanges through gitauth.DefaultAppTokens; its client
 	// trusts the fake GitHub's test authority for this test.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // gate holds HTTP requests while closed.

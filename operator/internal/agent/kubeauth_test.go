@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // TestKubeAuthenticator checks in-cluster authentication against a real API

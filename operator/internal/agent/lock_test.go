@@ -12,8 +12,8 @@ import (
 
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // cliUp starts `pulumi up` on the same stack and backend from the repository's

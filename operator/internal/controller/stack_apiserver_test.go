@@ -20,7 +20,7 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // These tests run the Stack controller alone against a real kube-apiserver,

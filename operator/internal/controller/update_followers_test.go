@@ -18,7 +18,7 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // endedRuns answers WatchOperation as the agent does for a run that has

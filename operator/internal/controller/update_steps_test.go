@@ -20,7 +20,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 func stepUpdate() *autov1alpha1.Update {

@@ -17,7 +17,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
 )
 
 // TestCheckAPIURL: only an https URL of a host, whose path is empty or ends
@@ -144,7 +144,7 @@ func TestAPIURLPatternIsTheCRDs(t *testing.T) {
 // status only as a bounded line of printable text without the JWT sent, and
 // a redirect is not followed.
 func TestTokenErrorFromHostileAnswer(t *testing.T) {
-	gh := fakegithub.New(t, "4242", "777") // for the App's key
+	gh := fakegithub.NewApp(t, "4242", "777") // for the App's key
 	var elsewhere atomic.Int32
 	other := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
 	t.Cleanup(other.Close)

@@ -11,8 +11,8 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 const program = "name: p\nruntime: yaml\n"
@@ -65,7 +65,7 @@ func noSecret(t *testing.T, err error, secrets ...string) {
 // agent exchange the App's JWT for one and succeed; a wrong key, an unknown
 // installation, or a token the server does not accept fail clearly.
 func TestGitHubAppEndToEnd(t *testing.T) {
-	gh := fakegithub.New(t, "31337", "4001")
+	gh := fakegithub.NewApp(t, "31337", "4001")
 	// The resolver and the agent exchange tokens through the process's
 	// default AppTokens: have it trust the fake's certificate.
 	saved := gitauth.DefaultAppTokens.Client

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
 )
 
 // TestReusable: the cache decision, a pure function of the token and the
@@ -52,7 +52,7 @@ func (c *clock) add(d time.Duration) {
 // token expires, then a new one is made; the server verified every JWT.
 func TestAppTokensCacheAndRefresh(t *testing.T) {
 	clk := &clock{t: time.Now()}
-	gh := fakegithub.New(t, "4242", "777")
+	gh := fakegithub.NewApp(t, "4242", "777")
 	gh.Now = clk.now
 	tokens := &AppTokens{Now: clk.now, Client: gh.Client()}
 	app := GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: gh.URL}
@@ -100,7 +100,7 @@ func TestAppTokensCacheAndRefresh(t *testing.T) {
 // TestAppTokensErrors: GitHub's refusals become clear, secret-free,
 // permanent errors; bad input fails before any request.
 func TestAppTokensErrors(t *testing.T) {
-	gh := fakegithub.New(t, "4242", "777")
+	gh := fakegithub.NewApp(t, "4242", "777")
 	otherKey := fakegithub.PEM(fakegithub.NewKey(t))
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -171,7 +171,7 @@ func TestAppTokensErrors(t *testing.T) {
 // TestMethodGitHubApp: the installation token is basic auth as
 // x-access-token.
 func TestMethodGitHubApp(t *testing.T) {
-	gh := fakegithub.New(t, "1", "2")
+	gh := fakegithub.NewApp(t, "1", "2")
 	c := Credentials{GitHubApp: &GitHubApp{AppID: "1", InstallationID: "2", PrivateKey: gh.KeyPEM, APIURL: gh.URL + "/"}}
 	m, err := c.Method(context.Background(), &AppTokens{Client: gh.Client()})
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 func basic(m transport.AuthMethod) (user, pass string, ok bool) {

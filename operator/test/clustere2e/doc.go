@@ -1,5 +1,5 @@
 // Package clustere2e holds the end-to-end tests that run on a real
-// single-node cluster (operator/test/cluster): workspace pods are scheduled,
+// single-node cluster (test/framework/cluster): workspace pods are scheduled,
 // started by a kubelet under the restricted Pod Security level, and reached
 // on their pod IPs. The tests build only with the cluster tag
 // (make test-cluster), so `go test ./...` (make test) leaves them out: they

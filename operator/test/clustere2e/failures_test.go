@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 )
 
 // TestWorkspaceFailuresStallTheStack is issue 15's third end-to-end test:
@@ -25,7 +25,7 @@ func TestWorkspaceFailuresStallTheStack(t *testing.T) {
 	stateVolume(t, ns)
 	repo, srv := servedRepo(t)
 	repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
-	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
+	operatortest.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 
 	// The image is not in containerd and may not be pulled (Never).
 	noImage := workspaceStack(ns, "no-image", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})

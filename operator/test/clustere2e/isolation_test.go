@@ -17,11 +17,11 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // TestWorkspaceServiceAccountsAreIsolated is the first half of issue 15's
@@ -96,7 +96,7 @@ func twoNamespaces(t *testing.T) ([]string, []*pulumiv1.Stack, *gitrepo.Repo) {
 	for _, ns := range nss {
 		stateVolume(t, ns)
 	}
-	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
+	operatortest.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 	var stacks []*pulumiv1.Stack
 	for _, ns := range nss {
 		s := workspaceStack(ns, "app", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})

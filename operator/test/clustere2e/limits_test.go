@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 )
 
 // TestMemoryLimitIsEnforced is issue 15's fourth end-to-end test: the
@@ -30,7 +30,7 @@ func TestMemoryLimitIsEnforced(t *testing.T) {
 	stateVolume(t, ns)
 	repo, srv := servedRepo(t)
 	repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
-	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
+	operatortest.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 
 	s := workspaceStack(ns, "small", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})
 	limit := resource.MustParse("64Mi")

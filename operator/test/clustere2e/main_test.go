@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
-	"github.com/stackflow-io/stackflow/operator/test/cluster"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/cluster"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // The cluster and its images, shared by the tests of this package.

@@ -25,7 +25,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/images"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // agentPort is the workspace agents' gRPC port (the chart's

@@ -15,10 +15,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/provider"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/provider"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // TestWorkspacePodKilledMidUpdate is issue 15's second end-to-end test: the
@@ -36,7 +36,7 @@ func TestWorkspacePodKilledMidUpdate(t *testing.T) {
 	}
 	repo, srv := servedRepo(t)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
-	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
+	operatortest.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 
 	s := workspaceStack(ns, "killed", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})
 	s.Spec.EnvRefs[provider.HoldEnv] = literal("/state/hold")

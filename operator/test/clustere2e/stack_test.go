@@ -25,11 +25,11 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/provider"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/provider"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // recordProgram writes a test provider record named by config and outputs
@@ -283,7 +283,7 @@ func TestStackDeploysThroughWorkspacePod(t *testing.T) {
 
 	repo, srv := servedRepo(t)
 	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": recordProgram})
-	inprocess.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
+	operatortest.StartOperator(t, testCluster.Config, podRuntimeOptions(t))
 
 	start := time.Now()
 	s := workspaceStack(ns, "dev", &pulumiv1.GitSource{ProjectRepo: repo.HTTPURL(srv), Branch: "main"})

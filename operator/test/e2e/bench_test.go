@@ -11,7 +11,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // BenchmarkUpdateOverhead compares, for the same YAML program on the same

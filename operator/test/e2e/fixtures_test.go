@@ -28,8 +28,8 @@ import (
 	argocdhealth "github.com/stackflow-io/stackflow/argocd-health"
 	"github.com/stackflow-io/stackflow/internal/revision"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // fixtureProgram writes one record; sleep delays its create and update (and

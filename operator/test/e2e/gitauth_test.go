@@ -17,8 +17,8 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 func secretRef(name, key string) pulumiv1.ResourceRef {
@@ -114,7 +114,7 @@ func TestStackGitAuthSSH(t *testing.T) {
 // with the right one the operator resolves the branch and the workspace
 // clones, each with an installation token.
 func TestStackGitAuthGitHubApp(t *testing.T) {
-	gh := fakegithub.New(t, "5150", "9001")
+	gh := fakegithub.NewApp(t, "5150", "9001")
 	repo, srv := gitrepo.NewServedHTTP(t, "infra.git", gh.Authorize)
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": stackProgram})
 

@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 var (
@@ -89,7 +89,7 @@ func startOperator(t testing.TB, opts operator.Options) (stop func()) {
 // startOperatorWith is startOperator returning what Setup assembled.
 func startOperatorWith(t testing.TB, opts operator.Options) (op *operator.Operator, stop func()) {
 	t.Helper()
-	return inprocess.StartOperator(t, cp.Config, opts)
+	return operatortest.StartOperator(t, cp.Config, opts)
 }
 
 // eventually polls cond until it returns true or the timeout passes.

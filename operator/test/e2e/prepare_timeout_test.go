@@ -14,7 +14,7 @@ import (
 	"github.com/stackflow-io/stackflow/internal/revision"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // TestStackHungInstallTimesOut: a pushed commit whose `pulumi install` hangs

@@ -33,7 +33,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/artifact"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // startProgramOperator runs only the Program controller, on its own manager,

@@ -24,7 +24,7 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // replica is one operator process of a replicated deployment.

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // TestUpdatesDoNotHoldWorkers: 20 Updates of 20 Workspaces, each taking at

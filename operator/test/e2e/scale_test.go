@@ -21,7 +21,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/webhook"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // TestPushWebhookDeploysInSeconds: with polling relaxed to an hour, a signed

@@ -17,7 +17,7 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/stack"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // agentPID reads the local runtime's record of a workspace's agent process.

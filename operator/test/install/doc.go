@@ -4,7 +4,7 @@
 // hack/tools/helm, a module of its own) and must ship what the kustomize
 // bases ship; its manifests, for the default values and a values matrix, are
 // applied server-side, dry-run and real, with strict field validation to a
-// real API server (operator/test/substrate).
+// real API server (test/framework/substrate).
 //
-// It imports only the API machinery, kustomize and operator/test/substrate.
+// It imports only the API machinery, kustomize and test/framework/substrate.
 package install

@@ -1,4 +1,4 @@
-// Package kargoe2e runs Kargo itself (operator/test/kargo: its controller,
+// Package kargoe2e runs Kargo itself (test/framework/kargo: its controller,
 // Kubernetes webhooks server and management controller, built from the shared
 // Kargo source) with the real Argo CD, Argo Rollouts' analysis controller, the
 // operator and the analysis service, on one local control plane: the shipped

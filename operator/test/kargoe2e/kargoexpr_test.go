@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/stackflow-io/stackflow/kargo-steps/kargoexpr"
-	"github.com/stackflow-io/stackflow/operator/test/kargo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/kargo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // evaluate computes, with kargoexpr (the fast tests' evaluator), the config

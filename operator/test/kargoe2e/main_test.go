@@ -13,11 +13,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/stackflow-io/stackflow/operator/test/argocd"
-	"github.com/stackflow-io/stackflow/operator/test/hostproxy"
-	"github.com/stackflow-io/stackflow/operator/test/kargo"
-	"github.com/stackflow-io/stackflow/operator/test/rollouts"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
+	"github.com/stackflow-io/stackflow/test/framework/hostproxy"
+	"github.com/stackflow-io/stackflow/test/framework/kargo"
+	"github.com/stackflow-io/stackflow/test/framework/rollouts"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // The system the tests share: one control plane with Kargo's, Argo CD's and

@@ -18,13 +18,13 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
-	"github.com/stackflow-io/stackflow/operator/test/argocd"
-	"github.com/stackflow-io/stackflow/operator/test/fakegithub"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/kargo"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
+	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/kargo"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 const (
@@ -201,7 +201,7 @@ func (p *pipeline) setUp(ctx context.Context) string {
 
 	root := t.TempDir()
 	t.Cleanup(func() { local.StopAll(root) })
-	inprocess.StartOperator(t, cp.Config, operator.Options{
+	operatortest.StartOperator(t, cp.Config, operator.Options{
 		Runtime: operator.RuntimeLocal, LocalRoot: root, AgentBinary: agentBin,
 		PulumiRoot: p.pe.Paths.PulumiRoot, AgentEnv: p.pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{kargo.ExampleStackNamespace},

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/kargo"
+	"github.com/stackflow-io/stackflow/test/framework/kargo"
 )
 
 // timeline records when the test first observed each milestone of a

@@ -20,7 +20,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 type staticToken string

@@ -23,11 +23,12 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/leaks"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 // marker is what the agent writes in place of a secret (agent/redact.go).
@@ -115,7 +116,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second,
 	}
-	inprocess.StartOperator(t, cp.Config, opts)
+	operatortest.StartOperator(t, cp.Config, opts)
 	ns := cp.Namespace(t)
 
 	secretObj := func(t *testing.T, name string, data map[string]string) {
@@ -282,9 +283,10 @@ func serveGit(t *testing.T, root, password string) string {
 	return srv.URL
 }
 
-// assertNowhere fails when a value, or (for values of 24 bytes or more) any
-// 12-byte part of one, appears in an Update's status, the Stack's status, an
-// event of the namespace, the operator's log or the Stack's agent log.
+// assertNowhere fails when a value, or the agent's token, leaks (by the
+// rule of test/framework/leaks: the value, its parts, its JSON, URL and
+// base64 forms) into an Update's status, the Stack's status, an event of the
+// namespace, the operator's log or the Stack's agent log.
 func assertNowhere(t *testing.T, ns string, s *pulumiv1.Stack, root string, values []string) {
 	t.Helper()
 	ctx := context.Background()
@@ -325,22 +327,7 @@ func assertNowhere(t *testing.T, ns string, s *pulumiv1.Stack, root string, valu
 		t.Fatalf("the workspace's agent token Secret: %v", err)
 	}
 	values = append(values[:len(values):len(values)], string(tok.Data["token"]))
-	for _, v := range values {
-		parts := []string{v}
-		if len(v) >= 24 {
-			for i := 0; i+12 <= len(v); i++ {
-				parts = append(parts, v[i:i+12])
-			}
-		}
-		for what, text := range texts {
-			for _, p := range parts {
-				if i := strings.Index(text, p); i >= 0 {
-					t.Errorf("%q (of a planted secret) appears in %s: …%s…", p, what, text[max(0, i-80):min(len(text), i+len(p)+20)])
-					break
-				}
-			}
-		}
-	}
+	leaks.AssertNone(t, values, texts)
 }
 
 func waitStack(t *testing.T, s *pulumiv1.Stack, timeout time.Duration, what string, cond func(*pulumiv1.Stack) bool) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/kargo-steps/cli"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
 // manifests is the manifests repository: dev and test Stacks in files of

@@ -21,8 +21,8 @@ import (
 	analysisconfig "github.com/stackflow-io/stackflow/analysis/config"
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/test/gitrepo"
-	"github.com/stackflow-io/stackflow/operator/test/provider"
+	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/provider"
 )
 
 // program is a Pulumi YAML program with one test-provider Record; failOn

@@ -24,10 +24,10 @@ import (
 	"github.com/stackflow-io/stackflow/analysis/pulumicloud/cloudtest"
 	"github.com/stackflow-io/stackflow/analysis/service"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
-	"github.com/stackflow-io/stackflow/operator/test/inprocess"
-	"github.com/stackflow-io/stackflow/operator/test/rollouts"
-	"github.com/stackflow-io/stackflow/operator/test/substrate"
+	"github.com/stackflow-io/stackflow/test/framework/rollouts"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
 var (
@@ -129,7 +129,7 @@ func (w *world) startOperator(t *testing.T) {
 		PulumiRoot: w.pe.Paths.PulumiRoot, AgentEnv: w.pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{w.ns},
 	}
-	inprocess.StartOperator(t, cp.Config, opts)
+	operatortest.StartOperator(t, cp.Config, opts)
 }
 
 // startAnalysis runs the analysis service in this process, with Kubernetes

@@ -1,0 +1,105 @@
+package argocde2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	argoappv1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
+)
+
+// agentBin is the workspace agent built for this run.
+var agentBin string
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "stackflow-argocd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agentBin = filepath.Join(dir, "agent")
+	if err := substrate.GoBuild(agentBin, "./operator/cmd/agent"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	return m.Run()
+}
+
+// argoEnv is one version of Argo CD running against a control plane of its
+// own (each version installs its own CRDs).
+type argoEnv struct {
+	build argocd.Build
+	cp    *substrate.ControlPlane
+	c     client.Client
+	argo  *argocd.Instance
+}
+
+// startArgo starts a control plane and Argo CD version v on it for one test,
+// both stopped at its cleanup; a failing test gets the components' logs.
+func startArgo(t *testing.T, v argocd.Version) *argoEnv {
+	t.Helper()
+	build := argocd.LocateOrSkip(t, v)
+	cp := substrate.StartControlPlaneT(t)
+	if err := build.InstallCRDs(cp.Env); err != nil {
+		t.Fatalf("install Argo CD %s CRDs: %v", build.Version, err)
+	}
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	argo, err := argocd.Start(ctx, argocd.Options{Build: build, Env: cp.Env, Client: c, Dir: filepath.Join(t.TempDir(), "argocd"), RepoRoot: substrate.RepoRoot()})
+	if err != nil {
+		t.Fatalf("start Argo CD %s: %v", build.Version, err)
+	}
+	t.Logf("Argo CD %s started in %s", build.Version, time.Since(start).Round(100*time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(argo.Logs(6000))
+		}
+		argo.Stop()
+	})
+	return &argoEnv{build: build, cp: cp, c: c, argo: argo}
+}
+
+// scheme adds Argo CD's types to the test client's.
+func scheme() *runtime.Scheme {
+	s := substrate.Scheme()
+	if err := argoappv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// startOperator runs the operator in this process, with the local workspace
+// runtime, for the test's namespace.
+func startOperator(t *testing.T, cp *substrate.ControlPlane, ns string, pe *substrate.Pulumi) {
+	t.Helper()
+	root := t.TempDir()
+	t.Cleanup(func() { local.StopAll(root) })
+	opts := operator.Options{
+		Runtime: operator.RuntimeLocal, LocalRoot: root, AgentBinary: agentBin,
+		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
+		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{ns},
+	}
+	operatortest.StartOperator(t, cp.Config, opts)
+}
