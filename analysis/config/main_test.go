@@ -7,9 +7,12 @@ import (
 	"testing"
 
 	rolloutsv1alpha1 "github.com/argoproj/argo-rollouts/pkg/apis/rollouts/v1alpha1"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
@@ -36,6 +39,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// The analysis service's informers log through controller-runtime's
+	// logger: errors only, instead of its "SetLogger was never called" trace.
+	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel), zap.WriteTo(os.Stderr)))
 	paths, err := substrate.Locate()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -23,11 +23,27 @@ func main() {
 		imagesDir string
 		root      string
 	)
-	flag.StringVar(&root, "module-root", ".", "repository root (the images are built from it)")
-	flag.StringVar(&imagesDir, "images-dir", "_build/cluster-images", "where the pause and test workspace image archives are written")
-	flag.StringVar(&opts.PodSubnet, "pod-subnet", "10.244.0.0/24", "the pods' bridge network")
-	flag.BoolVar(&opts.UseServiceAccountCredentials, "use-service-account-credentials", false, "run each controller of kube-controller-manager with its own service account")
-	flag.Parse()
+	// Its own flag set: package flag's also holds what dependencies register
+	// in init (glog's -log_dir…), which would crowd -h.
+	fs := flag.NewFlagSet("stackflow-cluster", flag.ExitOnError)
+	fs.StringVar(&root, "module-root", ".", "repository root (the images are built from it)")
+	fs.StringVar(&imagesDir, "images-dir", "_build/cluster-images", "where the pause and test workspace image archives are written")
+	fs.StringVar(&opts.PodSubnet, "pod-subnet", "10.244.0.0/24", "the pods' bridge network")
+	fs.BoolVar(&opts.UseServiceAccountCredentials, "use-service-account-credentials", false, "run each controller of kube-controller-manager with its own service account")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: stackflow-cluster [flags]   (make cluster CLUSTER_ARGS="…"; needs root)
+
+Builds the test cluster's images, starts a single-node Kubernetes cluster
+from real components (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kubelet with containerd, kube-proxy, kube-network-policies),
+prints its kubeconfig and keeps it until Ctrl-C or SIGTERM, then tears it
+down.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: -h and bad flags exit
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 	}
