@@ -18,6 +18,7 @@ import (
 	"github.com/stackflow-io/stackflow/github-action/preview"
 	"github.com/stackflow-io/stackflow/internal/redact"
 	"github.com/stackflow-io/stackflow/internal/revision"
+	"github.com/stackflow-io/stackflow/internal/stackref"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
 
@@ -125,56 +126,80 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	for _, k := range slices.Sorted(maps.Keys(s.Spec.Config)) {
 		req.Config[k] = preview.ConfigValue{Value: string(s.Spec.Config[k].Raw), JSON: true}
 	}
-	for _, k := range slices.Sorted(maps.Keys(s.Spec.ConfigRef)) {
-		ref := s.Spec.ConfigRef[k]
-		cmKey := key(s.Namespace, ref.Name)
-		v, ok := configMapValue(tree, cmKey, ref.Key)
+	// The Stack's references, from the one walk of them the operator uses
+	// too (stackref.Refs), taken field by field in the order the operator
+	// applies them: a later value of a key replaces an earlier one.
+	refs := stackref.Refs(s)
+	of := func(field string) []stackref.Ref {
+		return slices.DeleteFunc(slices.Clone(refs), func(r stackref.Ref) bool { return r.Field != field })
+	}
+	for _, r := range of(stackref.FieldConfigRef) {
+		ref := s.Spec.ConfigRef[r.Entry]
+		cmKey := key(s.Namespace, r.Name)
+		v, ok := configMapValue(tree, cmKey, r.Key)
 		if !ok {
-			unresolved("configRef %s: ConfigMap %s (key %s) is not in the manifests; the preview runs without it.", k, cmKey, ref.Key)
+			unresolved("configRef %s: ConfigMap %s (key %s) is not in the manifests; the preview runs without it.", r.Entry, cmKey, r.Key)
 			continue
 		}
-		req.Config[k] = preview.ConfigValue{Value: v, JSON: ref.JSON != nil && *ref.JSON}
+		req.Config[r.Entry] = preview.ConfigValue{Value: v, JSON: ref.JSON != nil && *ref.JSON}
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Spec.Secrets)) {
 		req.Config[k] = preview.ConfigValue{Value: s.Spec.Secrets[k], Secret: true}
 	}
-	for _, k := range slices.Sorted(maps.Keys(s.Spec.SecretRefs)) {
-		ref := s.Spec.SecretRefs[k]
+	for _, r := range of(stackref.FieldSecretsRef) {
+		ref := s.Spec.SecretRefs[r.Entry]
 		if ref.SelectorType == pulumiv1.ResourceSelectorLiteral && ref.LiteralRef != nil {
-			req.Config[k] = preview.ConfigValue{Value: ref.LiteralRef.Value, Secret: true}
+			req.Config[r.Entry] = preview.ConfigValue{Value: ref.LiteralRef.Value, Secret: true}
 			continue
 		}
-		unresolved("secretsRef %s (%s): the preview runs without it (the stack's stored value, if any, applies).", k, describeRef(ref))
+		unresolved("secretsRef %s (%s): the preview runs without it (the stack's stored value, if any, applies).", r.Entry, describeRef(ref))
 	}
-	for _, k := range slices.Sorted(maps.Keys(s.Spec.EnvRefs)) {
-		ref := s.Spec.EnvRefs[k]
+	for _, r := range of(stackref.FieldEnvRefs) {
+		ref := s.Spec.EnvRefs[r.Entry]
 		if ref.SelectorType == pulumiv1.ResourceSelectorLiteral && ref.LiteralRef != nil {
-			if err := checkVariable("envRefs", k, ref.LiteralRef.Value, o.Backends); err != nil {
+			if err := checkVariable("envRefs", r.Entry, ref.LiteralRef.Value, o.Backends); err != nil {
 				return refused(err)
 			}
-			req.Env[k] = ref.LiteralRef.Value
+			req.Env[r.Entry] = ref.LiteralRef.Value
 			continue
 		}
-		unresolved("envRefs %s (%s): the preview runs without it.", k, describeRef(ref))
+		unresolved("envRefs %s (%s): the preview runs without it.", r.Entry, describeRef(ref))
 	}
-	for _, name := range s.Spec.Envs {
-		cm := tree.ConfigMaps[key(s.Namespace, name)]
+	for _, r := range of(stackref.FieldEnvs) {
+		cm := tree.ConfigMaps[key(s.Namespace, r.Name)]
 		if cm == nil {
-			unresolved("envs: ConfigMap %s is not in the manifests; the preview runs without its variables.", key(s.Namespace, name))
+			unresolved("envs: ConfigMap %s is not in the manifests; the preview runs without its variables.", key(s.Namespace, r.Name))
 			continue
 		}
 		for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
-			if err := checkVariable("envs ConfigMap "+key(s.Namespace, name)+" variable", k, cm.Data[k], o.Backends); err != nil {
+			if err := checkVariable("envs ConfigMap "+key(s.Namespace, r.Name)+" variable", k, cm.Data[k], o.Backends); err != nil {
 				return refused(err)
 			}
 			req.Env[k] = cm.Data[k]
 		}
 	}
-	for _, name := range s.Spec.SecretEnvs {
-		unresolved("envSecrets: Secret %s; the preview runs without its variables.", key(s.Namespace, name))
-	}
-	if s.Spec.AccessTokenSecret != "" {
-		unresolved("accessTokenSecret %s: the preview uses the action's Pulumi credentials.", s.Spec.AccessTokenSecret)
+	for _, r := range refs {
+		switch r.Field {
+		case stackref.FieldConfigRef, stackref.FieldSecretsRef, stackref.FieldEnvRefs, stackref.FieldEnvs:
+			// Resolved above.
+		case stackref.FieldEnvSecrets:
+			unresolved("envSecrets: Secret %s; the preview runs without its variables.", key(s.Namespace, r.Name))
+		case stackref.FieldAccessTokenSecret:
+			unresolved("accessTokenSecret %s: the preview uses the action's Pulumi credentials.", r.Name)
+		case stackref.FieldProjectRepo, stackref.FieldFluxSource, stackref.FieldProgramRef:
+			// The program's source: resolved below.
+		case stackref.FieldPrerequisites:
+			// An order of deployment, which a preview does not follow.
+		default:
+			if strings.HasPrefix(r.Field, stackref.GitAuthPrefix) || r.Field == stackref.FieldGitAuthSecret {
+				// The Stack's git credentials live in the cluster: the
+				// action clones with its own git-token, where allowed.
+				continue
+			}
+			// A reference the preview does not know how to read (a field
+			// added to the Stack type since): said, never silently dropped.
+			unresolved("%s: the preview does not read it and runs without it.", r.Path())
+		}
 	}
 	for _, e := range s.Spec.Environment {
 		unresolved("environment %s (Pulumi ESC): the preview runs without it.", e)

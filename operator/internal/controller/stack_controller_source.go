@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/stackflow-io/stackflow/internal/stackref"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
@@ -184,18 +185,18 @@ func (r *StackReconciler) fluxSource(ctx context.Context, s *pulumiv1.Stack) (st
 // refers to exists with its key, so a missing one stalls the Stack with its
 // name instead of failing later in the workspace. The values read (secrets
 // included) enter only the keyed digests of the inputs. The references come
-// from the one walk of them (stack.Refs); the inputs are those of configRef,
+// from the one walk of them (stackref.Refs); the inputs are those of configRef,
 // secretsRef, envRefs, envs and envSecrets (git credentials and the
 // deprecated accessTokenSecret are not inputs of updates).
 func (r *StackReconciler) readInputs(ctx context.Context, s *pulumiv1.Stack, src stack.Source) (stack.Inputs, error) {
 	in := stack.Inputs{Source: src, ConfigMapValues: map[string]string{}}
 	var values []stack.InputValue
-	for _, ref := range stack.Refs(s) {
+	for _, ref := range stackref.Refs(s) {
 		// The digest's labels ("configRef/<key>", "secretsRef <key>", ...)
 		// are part of every stored inputsDigest: changing one would run an
 		// update of every Stack.
 		switch ref.Field {
-		case stack.FieldConfigRef:
+		case stackref.FieldConfigRef:
 			var cm corev1.ConfigMap
 			if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, &cm); err != nil {
 				if apierrors.IsNotFound(err) {
@@ -209,8 +210,8 @@ func (r *StackReconciler) readInputs(ctx context.Context, s *pulumiv1.Stack, src
 			}
 			in.ConfigMapValues[ref.Entry] = v
 			values = append(values, stack.InputValue{Ref: "configRef/" + ref.Entry, Value: []byte(v)})
-		case stack.FieldSecretsRef, stack.FieldEnvRefs:
-			if ref.Kind != stack.KindSecret || ref.Name == "" {
+		case stackref.FieldSecretsRef, stackref.FieldEnvRefs:
+			if ref.Kind != stackref.KindSecret || ref.Name == "" {
 				continue // a literal, or the workspace's own environment or files
 			}
 			what := ref.Field + " " + ref.Entry
@@ -219,7 +220,7 @@ func (r *StackReconciler) readInputs(ctx context.Context, s *pulumiv1.Stack, src
 				return in, fmt.Errorf("%s: %w", what, err)
 			}
 			values = append(values, stack.InputValue{Ref: what, Value: []byte(v), AtStart: true})
-		case stack.FieldEnvs:
+		case stackref.FieldEnvs:
 			// The deprecated envs and envSecrets export whole objects; a
 			// missing one is the workspace's to report (Kubernetes waits
 			// for it).
@@ -231,7 +232,7 @@ func (r *StackReconciler) readInputs(ctx context.Context, s *pulumiv1.Stack, src
 			} else if !apierrors.IsNotFound(err) {
 				return in, err
 			}
-		case stack.FieldEnvSecrets:
+		case stackref.FieldEnvSecrets:
 			var sec corev1.Secret
 			if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ref.Name}, &sec); err == nil {
 				for k, v := range sec.Data {

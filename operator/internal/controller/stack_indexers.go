@@ -7,13 +7,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/stackflow-io/stackflow/internal/stackref"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
-	"github.com/stackflow-io/stackflow/operator/internal/stack"
 )
 
 // Stack indexes: which objects' changes wake which Stacks. Each is derived
-// from the Stack's references (stack.Refs), the walk admission errors and
+// from the Stack's references (stackref.Refs), the walk admission errors and
 // the inputs read derive from too, so a Stack is woken by exactly what it
 // reads.
 const (
@@ -25,10 +25,10 @@ const (
 )
 
 // stackIndexes maps each index to the keys a Stack's references give it.
-var stackIndexes = map[string]func(refs []stack.Ref) []string{
-	prerequisiteField: func(refs []stack.Ref) []string { return stack.Names(refs, stack.KindStack) },
-	programRefField:   func(refs []stack.Ref) []string { return stack.Names(refs, stack.KindProgram) },
-	configMapsField:   func(refs []stack.Ref) []string { return stack.Names(refs, stack.KindConfigMap) },
+var stackIndexes = map[string]func(refs []stackref.Ref) []string{
+	prerequisiteField: func(refs []stackref.Ref) []string { return stackref.Names(refs, stackref.KindStack) },
+	programRefField:   func(refs []stackref.Ref) []string { return stackref.Names(refs, stackref.KindProgram) },
+	configMapsField:   func(refs []stackref.Ref) []string { return stackref.Names(refs, stackref.KindConfigMap) },
 	repositoryField:   trackedRepository,
 	fluxSourceField:   fluxSourceKey,
 }
@@ -37,7 +37,7 @@ var stackIndexes = map[string]func(refs []stack.Ref) []string{
 func indexStacks(indexer client.FieldIndexer) error {
 	for field, keys := range stackIndexes {
 		if err := indexer.IndexField(context.Background(), &pulumiv1.Stack{}, field, func(o client.Object) []string {
-			return keys(stack.Refs(o.(*pulumiv1.Stack)))
+			return keys(stackref.Refs(o.(*pulumiv1.Stack)))
 		}); err != nil {
 			return err
 		}
@@ -47,10 +47,10 @@ func indexStacks(indexer client.FieldIndexer) error {
 
 // trackedRepository is the normalized repository of a Stack tracking a
 // branch (a push to it wakes the Stack; a pinned commit needs no wake-up).
-func trackedRepository(refs []stack.Ref) []string {
+func trackedRepository(refs []stackref.Ref) []string {
 	var keys []string
 	for _, r := range refs {
-		if r.Kind == stack.KindGit && r.Key != "" {
+		if r.Kind == stackref.KindGit && r.Key != "" {
 			keys = append(keys, gitresolve.NormalizeURL(r.Name))
 		}
 	}
@@ -58,10 +58,10 @@ func trackedRepository(refs []stack.Ref) []string {
 }
 
 // fluxSourceKey is "<Kind>/<name>" of the Flux source a Stack uses.
-func fluxSourceKey(refs []stack.Ref) []string {
+func fluxSourceKey(refs []stackref.Ref) []string {
 	var keys []string
 	for _, r := range refs {
-		if r.Field == stack.FieldFluxSource {
+		if r.Field == stackref.FieldFluxSource {
 			keys = append(keys, r.Kind+"/"+r.Name)
 		}
 	}
@@ -76,7 +76,7 @@ func objectName(o client.Object) string { return o.GetName() }
 
 // referencedSecrets lists the Secrets a Stack reads (secretPoll).
 func referencedSecrets(s *pulumiv1.Stack) []string {
-	return stack.Names(stack.Refs(s), stack.KindSecret)
+	return stackref.Names(stackref.Refs(s), stackref.KindSecret)
 }
 
 // indexed maps an object to the Stacks in its namespace whose index field

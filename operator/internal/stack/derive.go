@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
+	"github.com/stackflow-io/stackflow/internal/stackref"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
@@ -135,7 +136,7 @@ func Env(s *pulumiv1.Stack) ([]corev1.EnvVar, []corev1.EnvFromSource, error) {
 		env = append(env, corev1.EnvVar{Name: "PULUMI_BACKEND_URL", Value: s.Spec.Backend})
 	}
 	if s.Spec.AccessTokenSecret != "" {
-		env = append(env, secretEnv("PULUMI_ACCESS_TOKEN", s.Spec.AccessTokenSecret, AccessTokenKey))
+		env = append(env, secretEnv("PULUMI_ACCESS_TOKEN", s.Spec.AccessTokenSecret, stackref.AccessTokenKey))
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.Spec.EnvRefs)) {
 		ref := s.Spec.EnvRefs[name]
