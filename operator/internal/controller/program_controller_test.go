@@ -224,17 +224,7 @@ func (e *programEnv) reconcile(t *testing.T, p *pulumiv1.Program) error {
 }
 
 // drainEvents returns the events recorded since the last call.
-func (e *programEnv) drainEvents() []string {
-	var out []string
-	for {
-		select {
-		case ev := <-e.events.Events:
-			out = append(out, ev)
-		default:
-			return out
-		}
-	}
-}
+func (e *programEnv) drainEvents() []string { return recordedEvents(e.events) }
 
 // progRecordSpec is a program with one test-provider record of the given content.
 func progRecordSpec(content string) pulumiv1.ProgramSpec {

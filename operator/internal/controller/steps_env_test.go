@@ -91,11 +91,15 @@ func (e *stepEnv) reconcile(t *testing.T, r interface {
 }
 
 // drainEvents returns the events recorded since the last call.
-func (e *stepEnv) drainEvents() []string {
+func (e *stepEnv) drainEvents() []string { return recordedEvents(e.events) }
+
+// recordedEvents empties rec, returning the events it recorded since it was
+// last emptied.
+func recordedEvents(rec *record.FakeRecorder) []string {
 	var out []string
 	for {
 		select {
-		case ev := <-e.events.Events:
+		case ev := <-rec.Events:
 			out = append(out, ev)
 		default:
 			return out
