@@ -107,6 +107,13 @@ test-argocd-2.14: ## Build Argo CD v2.14 (~19 CPU-min cold) and run the Argo CD 
 	$(SUBSTRATE) all argocd
 	eval "$$($(SUBSTRATE) env)" && go test -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./test/framework/argocd/ ./operator/test/argocde2e/
 
+.PHONY: test-images
+# make test builds the release images for linux/amd64 only (and a small
+# program for both platforms): the arm64 cross-compilation of every release
+# binary is ~8 CPU-minutes cold and tests nothing more.
+test-images: ## Build the release images for linux/amd64 and linux/arm64, as make images publishes them, and test them
+	go test -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run 'TestStackflowImages|TestMultiPlatformIndex' ./images/ -args -images.platforms=linux/amd64,linux/arm64
+
 .PHONY: test-cluster-if-cached
 # CLUSTER_TESTS=auto (the default) runs them when their substrate is cached
 # and we are root; on runs them always (building the substrate); off never.
