@@ -82,6 +82,12 @@ declare -A COLD_MIN=(
   [controller-gen]=2 [protoc-tools]=5 [cluster]=7 [netpol]=3
 )
 
+# The tools are built without cgo, as their projects release them, and with
+# -trimpath (see gobuild's callers), as make builds the main module: the Go
+# build cache then shares the standard library between them, and any package
+# whose module and dependencies are at the same versions.
+export CGO_ENABLED=0
+
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # --- versions ---------------------------------------------------------------

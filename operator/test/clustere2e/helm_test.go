@@ -53,7 +53,7 @@ func helmTool(t *testing.T) string {
 		}
 		helmBin = filepath.Join(dir, "helm-render")
 		build := exec.Command("go", "build", "-o", helmBin, ".")
-		build.Dir = filepath.Join(repoRoot(), "hack", "tools", "helm")
+		build.Dir = filepath.Join(substrate.RepoRoot(), "hack", "tools", "helm")
 		if out, err := build.CombinedOutput(); err != nil {
 			helmErr = fmt.Errorf("build hack/tools/helm: %w\n%s", err, out)
 			return
@@ -127,7 +127,7 @@ func installChart(t *testing.T, watched string, values map[string]any) string {
 		t.Fatal(err)
 	}
 	t.Logf("Chart values:\n%s", b)
-	chart := filepath.Join(repoRoot(), "operator", "charts", "stackflow")
+	chart := filepath.Join(substrate.RepoRoot(), "operator", "charts", "stackflow")
 	start := time.Now()
 	helm(t, "--install", "--chart", chart, "--release", "stackflow", "--namespace", ns.Name, "--values", f)
 	t.Logf("Chart installed in %s", time.Since(start).Round(time.Millisecond))

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -29,11 +28,6 @@ var (
 	testClient  client.Client
 )
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-}
-
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -50,7 +44,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	start := time.Now()
-	testImages, err = cluster.BuildImages(ctx, repoRoot(), dir, logf)
+	testImages, err = cluster.BuildImages(ctx, substrate.RepoRoot(), dir, logf)
 	if err != nil {
 		logf("Building the cluster images: %v", err)
 		return 1

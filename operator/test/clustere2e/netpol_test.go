@@ -127,7 +127,7 @@ func chartNetworkPolicies(t *testing.T, ns string, workspaceNamespaces []string)
 	if err := os.WriteFile(f, values, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	chart := filepath.Join(repoRoot(), "operator", "charts", "stackflow")
+	chart := filepath.Join(substrate.RepoRoot(), "operator", "charts", "stackflow")
 	cmd := exec.Command(helmTool(t), "--chart", chart, "--release", "stackflow", "--namespace", ns, "--values", f)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

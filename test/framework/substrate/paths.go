@@ -13,10 +13,46 @@ import (
 	"testing"
 )
 
-// RepoRoot is the repository root, found from this file's location.
+// modulePath is the main module's path, as go.mod declares it.
+const modulePath = "github.com/stackflow-io/stackflow"
+
+// RepoRoot is the repository root: found from this file's location when the
+// binary was built with its source paths, else (built with -trimpath, as
+// make builds and tests: the paths then start with the module path) the
+// nearest directory at or above the working directory whose go.mod declares
+// the main module. go test runs a test in its package's directory, and make
+// runs the developer tools from the root. It panics, saying so, where neither
+// finds it.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(fmt.Sprintf("finding the repository root: %v", err))
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if declaresModule(filepath.Join(dir, "go.mod"), modulePath) {
+			return dir
+		}
+		if filepath.Dir(dir) == dir {
+			panic(fmt.Sprintf("no go.mod of %s at or above %s: run from inside the repository", modulePath, wd))
+		}
+	}
+}
+
+// declaresModule reports whether the go.mod at path declares module mod.
+func declaresModule(path, mod string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" && strings.Trim(f[1], `"`) == mod {
+			return true
+		}
+	}
+	return false
 }
 
 // Paths are the directories holding the substrate binaries.
