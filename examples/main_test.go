@@ -84,7 +84,9 @@ func crdDirs() ([]string, error) {
 	}
 	var dirs []string
 	for _, build := range []struct{ dir, what string }{
-		{paths.ArgoCD, "Argo CD"},
+		// Argo CD v3, which make test builds and the examples target (v2.14 is
+		// built only by make test-argocd-2.14).
+		{paths.ArgoCD3, "Argo CD v3"},
 		{paths.Rollouts, "Argo Rollouts"},
 	} {
 		if _, err := os.Stat(filepath.Join(build.dir, ".complete")); err != nil {
