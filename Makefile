@@ -61,8 +61,8 @@ tools: ## Build the code generator every make generate runs (controller-gen)
 generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs and operator rules, and generated go.mod replace blocks
 	./hack/kube-staging-replace.sh .
 	./hack/gen-tools-kube.sh
-	./hack/gen-tools-rollouts.sh
 	./hack/gen-tools-argocd.sh
+	./hack/gen-tools-argo-kargo.sh
 	./hack/gen-tools-netpol.sh
 	$(CONTROLLER_GEN) object paths=./operator/api/...
 	$(CONTROLLER_GEN) crd paths=./operator/api/... output:crd:artifacts:config=$(CRD_DIR)

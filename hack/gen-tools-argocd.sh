@@ -1,19 +1,14 @@
 #!/usr/bin/env bash
-# gen-tools-argocd.sh regenerates the go.mod of the two Argo CD tools modules
-# that hack/substrate.sh builds the Argo CD e2e's and `make demo`'s Argo CD
-# from: hack/tools/argocd (Argo CD v2) and hack/tools/argocd3 (Argo CD v3).
-# Each go.mod is Argo CD's own (module line renamed, the argo-cd module
-# required), so its Kubernetes pins and replace block never reach the main
-# module. main.go in each (the components the tests run) and tools.go (the
-# whole multi-call binary, pinned for comparison) are written by hand.
-#
-# Argo CD v3 is v3.2.11: from v3.3 on, Argo CD's go.mod replaces gitops-engine
-# with a directory of its repository, which a dependency cannot follow, and
-# v3.2.12's module does not compile (see README, "Argo CD versions").
+# gen-tools-argocd.sh regenerates the go.mod of the Argo CD v2 tools module
+# that hack/substrate.sh builds `make test-argocd-2.14`'s Argo CD from:
+# hack/tools/argocd. Its go.mod is Argo CD's own (module line renamed, the
+# argo-cd module required), so its Kubernetes pins and replace block never
+# reach the main module. main.go (the components the tests run) and tools.go
+# (the whole multi-call binary, pinned for comparison) are written by hand.
+# Argo CD v3 is built from the pipeline tools module (hack/gen-tools-pipeline.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ARGOCD_VERSION=${ARGOCD_VERSION:-v2.14.21}
-ARGOCD3_VERSION=${ARGOCD3_VERSION:-v3.2.11}
 
 # gen DIR MAJOR VERSION
 gen() {
@@ -28,4 +23,3 @@ gen() {
   (cd "$dir" && go mod tidy)
 }
 gen argocd v2 "$ARGOCD_VERSION"
-gen argocd3 v3 "$ARGOCD3_VERSION"

@@ -19,3 +19,9 @@ require (
 MOD
 "$here/kube-staging-replace.sh" "$dir"
 (cd "$dir" && go mod tidy)
+
+# Every module this one shares with the main module is raised to the main
+# module's version where that is newer (gRPC, protobuf, OpenTelemetry,
+# golang.org/x/…, klog, …), so that the Go build cache compiles the packages
+# kube-apiserver and the main module have in common once, for both.
+"$here/align-modules.sh" "$dir" "$here/.."

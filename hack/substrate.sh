@@ -118,18 +118,21 @@ kube_assets_ok() {
 
 # --- where each tool is -----------------------------------------------------
 
-kube_dir() { echo "$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"; }
-cluster_dir() { echo "$CACHE/cluster-$KUBE_VERSION"; }
-pulumi_dir() { echo "$CACHE/pulumi-$PULUMI_VERSION"; }
+# A tool built from a tools module (hack/tools/NAME) is cached under its
+# version and the module's digest (its go.mod, go.sum and Go files): when the
+# module changes (e.g. a dependency's version), the tool is built again, and
+# an old build is never taken for the new recipe.
+tools_digest() { (cd "$here/tools/$1" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-8); }
+kube_dir() { echo "$CACHE/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-$(tools_digest kube)"; }
+cluster_dir() { echo "$CACHE/cluster-$KUBE_VERSION-$(tools_digest kube)"; }
+pulumi_dir() { echo "$CACHE/pulumi-$PULUMI_VERSION-$(tools_digest pulumi)"; }
 pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
 controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
-rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION"; }
-# The -components suffix names the recipe (main.go of the tools module, not
-# Argo CD's multi-call cmd), so that a build of the old recipe is never reused.
-argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION-components"; }
-argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components"; }
-kargo_dir() { echo "$CACHE/kargo-$KARGO_VERSION"; }
-netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION"; }
+rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION-$(tools_digest argo)"; }
+argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION-components-$(tools_digest argocd)"; }
+argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components-$(tools_digest argo)"; }
+kargo_dir() { echo "$CACHE/kargo-$KARGO_VERSION-$(tools_digest kargo)"; }
+netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION-$(tools_digest netpol)"; }
 protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
 
 tool_dir() { "${1//-/_}_dir"; }
@@ -363,63 +366,71 @@ build_pulumi_yaml() {
   GOBIN="$out" gobuild pulumi-language-yaml "" "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml@$PULUMI_YAML_VERSION" -trimpath -ldflags "-s -w"
 }
 
-# build_rollouts builds the Argo Rollouts controller and keeps, beside it, the
+# build_rollouts builds the Argo Rollouts controller from the Argo tools module
+# (beside Argo CD v3: hack/gen-tools-argo-kargo.sh) and keeps, beside it, the
 # CRDs of the same version (the module's manifests/crds), which the analysis e2e
 # installs before starting it.
 build_rollouts() {
   local out=$1
   log "go build rollouts-controller $ROLLOUTS_VERSION"
-  gobuild rollouts-controller "$here/tools/rollouts" github.com/argoproj/argo-rollouts/cmd/rollouts-controller -trimpath -ldflags "-s -w" -o "$out/rollouts-controller"
+  gobuild rollouts-controller "$here/tools/argo" github.com/argoproj/argo-rollouts/cmd/rollouts-controller -trimpath -ldflags "-s -w" -o "$out/rollouts-controller"
   mkdir -p "$out/crds"
-  cp "$(cd "$here/tools/rollouts" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-rollouts)"/manifests/crds/*-crd.yaml "$out/crds/"
+  cp "$(cd "$here/tools/argo" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-rollouts)"/manifests/crds/*-crd.yaml "$out/crds/"
   chmod u+w "$out"/crds/*
 }
 
-# build_argocd_components TOOLDIR MAJOR VERSION OUT builds, from the tools
-# module hack/tools/TOOLDIR, the Argo CD components the tests run (application
-# controller, repo server, API server, git-ask-pass: its main.go, picking the
-# component from ARGOCD_BINARY_NAME like Argo CD's multi-call binary) and keeps,
-# beside it, the CRDs and the argocd-cm that the version's install manifests
-# ship (its defaults, e.g. v3's ignoreResourceUpdates), and its VERSION. The
-# whole multi-call binary (CLI, Dex, notifications, ApplicationSet controller,
-# …) compiles about 160 more packages, and its cold build takes longer (README,
-# "Argo CD versions").
+# build_argocd_components DIR PKG MAJOR VERSION OUT builds, from the tools
+# module DIR, the Argo CD components the tests run (application controller,
+# repo server, API server, git-ask-pass: the main package PKG, picking the
+# component from ARGOCD_BINARY_NAME like Argo CD's multi-call binary) and
+# keeps, beside it, the CRDs and the argocd-cm that the version's install
+# manifests ship (its defaults, e.g. v3's ignoreResourceUpdates), and its
+# VERSION. The whole multi-call binary (CLI, Dex, notifications, ApplicationSet
+# controller, …) compiles about 160 more packages, and its cold build takes
+# longer (DEVELOPMENT.md, "Argo CD versions").
 build_argocd_components() {
-  local tooldir=$1 major=$2 version=$3 out=$4 src
+  local dir=$1 pkg=$2 major=$3 version=$4 out=$5 src
   log "go build argocd $version components (application controller, repo server, API server)"
-  gobuild "argocd $version" "$here/tools/$tooldir" . -trimpath \
+  gobuild "argocd $version" "$dir" "$pkg" -trimpath \
     -ldflags "-s -w -X github.com/argoproj/argo-cd/$major/common.version=${version#v}" -o "$out/argocd"
-  src=$(cd "$here/tools/$tooldir" && go list -m -f '{{.Dir}}' "github.com/argoproj/argo-cd/$major")
+  src=$(cd "$dir" && go list -m -f '{{.Dir}}' "github.com/argoproj/argo-cd/$major")
   mkdir -p "$out/crds"
   cp "$src"/manifests/crds/*-crd.yaml "$out/crds/"
   cp "$src"/manifests/base/config/argocd-cm.yaml "$out/argocd-cm.yaml"
   chmod u+w "$out"/crds/* "$out/argocd-cm.yaml"
   echo "$version" > "$out/VERSION"
 }
-build_argocd() { build_argocd_components argocd v2 "$ARGOCD_VERSION" "$1"; }
-build_argocd3() { build_argocd_components argocd3 v3 "$ARGOCD3_VERSION" "$1"; }
+build_argocd() { build_argocd_components "$here/tools/argocd" . v2 "$ARGOCD_VERSION" "$1"; }
+build_argocd3() { build_argocd_components "$here/tools/argo" ./cmd/argocd v3 "$ARGOCD3_VERSION" "$1"; }
 
 # build_kargo builds Kargo's control plane (one binary; sub-commands controller,
 # kubernetes-webhooks-server, management-controller, …) and its git askpass
 # program credential-helper (which Kargo's git steps run; its image puts it on
-# PATH) from a copy of the shared source made inside the build directory, so
-# that -mod=mod (which completes go.mod and go.sum from the module proxy: the
-# source comes with its `tool` block removed) never writes to the shared
-# folder, and keeps Kargo's CRDs of the same tag beside them. The copy is
-# removed once built.
+# PATH) from the Kargo tools module, and keeps Kargo's CRDs of the same tag
+# beside them. That module's go.mod reaches Kargo's source by a relative path
+# (the shared folder beside the repository root, never written to); where
+# KARGO_SRC is another folder, the build takes a copy of go.mod and go.sum
+# (-modfile, in OUT) that points there.
 build_kargo() {
-  local out=$1 ver=${KARGO_VERSION#v}
+  local out=$1 ver=${KARGO_VERSION#v} dir=$here/tools/kargo
   local ld="-s -w -X github.com/akuity/kargo/pkg/x/version.version=$ver -X github.com/akuity/kargo/pkg/x/version.gitCommit=$KARGO_COMMIT -X github.com/akuity/kargo/pkg/x/version.gitTreeState=clean"
-  cp -R "$KARGO_SRC" "$out/src"
-  chmod -R u+w "$out/src"
-  log "go build kargo $KARGO_VERSION (controller, webhooks server, management controller) and credential-helper"
-  (export GOFLAGS=-mod=mod
-    gobuild kargo "$out/src" ./cmd/controlplane -trimpath -ldflags "$ld" -o "$out/kargo"
-    gobuild credential-helper "$out/src" ./cmd/credential-helper -trimpath -ldflags "-s -w" -o "$out/credential-helper")
+  local rel=$dir/../../../../shared/kargo/src src; src=$(cd "$KARGO_SRC" && pwd -P)
+  (
+    if ! [ -f "$rel/go.mod" ] || [ "$(cd "$rel" && pwd -P)" != "$src" ]; then
+      cp "$dir/go.mod" "$out/kargo.mod"; cp "$dir/go.sum" "$out/kargo.sum"
+      go mod edit -modfile="$out/kargo.mod" -replace="github.com/akuity/kargo=$src" \
+        -replace="github.com/akuity/kargo/api=$src/api" \
+        -replace="github.com/akuity/kargo/pkg/x/client/generated=$src/pkg/x/client/generated"
+      export GOFLAGS="${GOFLAGS:-} -modfile=$out/kargo.mod"
+    fi
+    log "go build kargo $KARGO_VERSION (controller, webhooks server, management controller) and credential-helper"
+    gobuild kargo "$dir" github.com/akuity/kargo/cmd/controlplane -trimpath -ldflags "$ld" -o "$out/kargo"
+    gobuild credential-helper "$dir" github.com/akuity/kargo/cmd/credential-helper -trimpath -ldflags "-s -w" -o "$out/credential-helper"
+  )
+  rm -f "$out/kargo.mod" "$out/kargo.sum"
   mkdir -p "$out/crds"
   cp "$KARGO_SRC"/../crds/*.yaml "$out/crds/"
   chmod u+w "$out"/crds/*
-  rm -rf "$out/src"
 }
 
 build_controller_gen() {
@@ -443,24 +454,48 @@ set_tools() {
   if declare -p "SET_$1" >/dev/null 2>&1; then printf '%s\n' "${!var}"; else echo "$1"; fi
 }
 
+# Tools whose tools modules select the same versions of their dependencies
+# share a chain (TOOL -> unit), so that the Go build cache compiles those
+# dependencies once rather than in both chains at the same time; the others
+# are each their own unit.
+# Argo CD v3 and Rollouts share the Argo module, and the Kargo module is aligned
+# with it (hack/gen-tools-argo-kargo.sh), so the three are one unit.
+declare -A MODULE_OF=([argocd3]=argo-kargo [rollouts]=argo-kargo [kargo]=argo-kargo)
+
+# deal TOOL...: deals the tools to two chains, printed as two lines: the units
+# (a tool, or the tools of one unit), longest first, each to the chain with less
+# estimated work; a unit's tools longest first.
+deal() {
+  local tool unit m w0=0 w1=0 chain0=() chain1=()
+  declare -A unit_min=() unit_tools=()
+  while read -r _ tool; do
+    unit=${MODULE_OF[$tool]:-$tool}
+    unit_min[$unit]=$(( ${unit_min[$unit]:-0} + ${COLD_MIN[$tool]:-5} ))
+    unit_tools[$unit]="${unit_tools[$unit]:-} $tool"
+  done < <(for tool in "$@"; do echo "${COLD_MIN[$tool]:-5} $tool"; done | sort -k1,1rn -k2)
+  while read -r m unit; do
+    if [ "$w0" -le "$w1" ]; then chain0+=(${unit_tools[$unit]}); w0=$((w0 + m)); else chain1+=(${unit_tools[$unit]}); w1=$((w1 + m)); fi
+  done < <(for unit in "${!unit_min[@]}"; do echo "${unit_min[$unit]} $unit"; done | sort -k1,1rn -k2)
+  echo "${chain0[*]}"
+  echo "${chain1[*]:-}"
+}
+
 # obtain_all TOOL...: obtains the tools in two chains side by side (each go build
 # leaves cores idle while it downloads modules and links, so two finish well
-# before one after the other): the tools still to build are dealt, longest
-# first, to the chain with less estimated work.
+# before one after the other), dealt by deal.
 obtain_all() {
-  local tool chain0=() chain1=() w0=0 w1=0 todo=()
+  local tool todo=() chain0 chain1
   for tool in "$@"; do
     resolve "$tool"
     if [ "$HOW" = build ]; then todo+=("$tool"); else obtain "$tool"; fi
   done
   [ ${#todo[@]} -gt 0 ] || return 0
   log "to build: ${todo[*]} (cold estimate $(estimate "${todo[@]}"))"
-  while read -r _ tool; do
-    if [ "$w0" -le "$w1" ]; then chain0+=("$tool"); w0=$((w0 + ${COLD_MIN[$tool]:-5})); else chain1+=("$tool"); w1=$((w1 + ${COLD_MIN[$tool]:-5})); fi
-  done < <(for tool in "${todo[@]}"; do echo "${COLD_MIN[$tool]:-5} $tool"; done | sort -rn)
+  { read -r chain0; read -r chain1; } < <(deal "${todo[@]}")
+  log "chains: ${chain0} | ${chain1}"
   local pids=() rc=0
-  (for tool in "${chain0[@]}"; do done_or_build "$tool"; done) & pids+=($!)
-  if [ ${#chain1[@]} -gt 0 ]; then (for tool in "${chain1[@]}"; do done_or_build "$tool"; done) & pids+=($!); fi
+  (for tool in $chain0; do done_or_build "$tool"; done) & pids+=($!)
+  if [ -n "$chain1" ]; then (for tool in $chain1; do done_or_build "$tool"; done) & pids+=($!); fi
   for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
   [ $rc -eq 0 ] || { log "a substrate build failed (see above)"; exit 1; }
 }
@@ -486,7 +521,11 @@ plan() {
     build) printf '  %-14s to build (~%s min cold): %s\n' "$tool" "${COLD_MIN[$tool]:-?}" "$WHERE"; todo+=("$tool") ;;
     esac
   done
-  if [ ${#todo[@]} -eq 0 ]; then echo "  nothing to build"; else echo "  building ${todo[*]}: $(estimate "${todo[@]}"), with progress every 30 s"; fi
+  if [ ${#todo[@]} -eq 0 ]; then echo "  nothing to build"; return; fi
+  echo "  building ${todo[*]}: $(estimate "${todo[@]}"), with progress every 30 s"
+  local chain0 chain1
+  { read -r chain0; read -r chain1; } < <(deal "${todo[@]}")
+  echo "  chains: ${chain0} | ${chain1}"
 }
 
 # env_line VAR TOOL: the export of TOOL's resolved directory (built or not).

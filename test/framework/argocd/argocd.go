@@ -1,7 +1,7 @@
 // Package argocd runs the real Argo CD against a local control plane, for the
 // Argo CD end-to-end tests and `make demo`: the application controller, the
 // repo server and the API server, each a process of the components binary
-// that `make substrate` builds (hack/tools/argocd for v2.14, hack/tools/argocd3
+// that `make substrate` builds (hack/tools/argocd for v2.14, hack/tools/argo
 // for v3), sharing an in-process Redis (miniredis) on loopback.
 //
 // argocd-cm is the one the version's install manifests ship (v3's carries its
@@ -52,7 +52,7 @@ type Version string
 
 const (
 	// V3 is the newest Argo CD v3 that builds as a Go dependency
-	// (hack/tools/argocd3; see hack/gen-tools-argocd.sh).
+	// (hack/tools/argo; see hack/gen-tools-argo-kargo.sh).
 	V3 Version = "3"
 	// V2 is Argo CD v2.14 (hack/tools/argocd).
 	V2 Version = "2.14"

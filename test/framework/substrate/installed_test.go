@@ -215,20 +215,26 @@ func TestSubstrateKargoNeedsItsSource(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "kargo: skipped, no Kargo source at "+none) {
 		t.Errorf("hack/substrate.sh kargo without the source: %v, want a failure saying why:\n%s", err, out)
 	}
-	if _, err := os.Stat(filepath.Join(cache, "kargo-v1.11.2.tmp")); err == nil {
+	// Its cache directory: kargo-<version>-<digest of hack/tools/kargo>.
+	dirOut, _ := substrateSh(t, env, "dir", "kargo")
+	kargoDir := strings.TrimSpace(dirOut)
+	if !regexp.MustCompile(`^` + regexp.QuoteMeta(filepath.Join(cache, "kargo-v1.11.2-")) + `[0-9a-f]{8}$`).MatchString(kargoDir) {
+		t.Errorf("dir kargo = %q, want %s-<digest of its tools module>", kargoDir, filepath.Join(cache, "kargo-v1.11.2"))
+	}
+	if _, err := os.Stat(kargoDir + ".tmp"); err == nil {
 		t.Error("hack/substrate.sh kargo started a build without the source")
 	}
 
 	exports, _ := substrateSh(t, env, "env")
-	if want := "export STACKFLOW_KARGO=" + filepath.Join(cache, "kargo-v1.11.2") + "\n"; !strings.Contains(exports, want) {
+	if want := "export STACKFLOW_KARGO=" + kargoDir + "\n"; !strings.Contains(exports, want) {
 		t.Errorf("env lacks %q:\n%s", want, exports)
 	}
 	p, err := locate(env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Kargo != filepath.Join(cache, "kargo-v1.11.2") {
-		t.Errorf("Locate().Kargo = %s, want the cache's kargo-v1.11.2", p.Kargo)
+	if p.Kargo != kargoDir {
+		t.Errorf("Locate().Kargo = %s, want the cache's %s", p.Kargo, kargoDir)
 	}
 
 	src := KargoSource()
@@ -237,7 +243,50 @@ func TestSubstrateKargoNeedsItsSource(t *testing.T) {
 		return
 	}
 	plan, _ := substrateSh(t, cleanEnv(t, "STACKFLOW_CACHE="+cache, "STACKFLOW_KARGO_SRC="+src), "plan", "kargo")
-	if !regexp.MustCompile(`kargo +to build \(~[0-9]+ min cold\): ` + regexp.QuoteMeta(filepath.Join(cache, "kargo-v1.11.2"))).MatchString(plan) {
+	if !regexp.MustCompile(`kargo +to build \(~[0-9]+ min cold\): ` + regexp.QuoteMeta(kargoDir) + `\n`).MatchString(plan) {
 		t.Errorf("plan kargo with the source lacks its build with a cold estimate:\n%s", plan)
+	}
+}
+
+// TestSubstrateChainsKeepAlignedToolsTogether: with nothing cached, `plan all`
+// deals the builds to two chains, and puts Argo CD v3, Argo Rollouts and Kargo,
+// whose tools modules select the same dependency versions
+// (hack/gen-tools-argo-kargo.sh), in one chain, so that the Go build cache
+// compiles what they share once instead of in both chains at the same time;
+// kube-apiserver and pulumi (unless installed on the machine, then not built)
+// go to the other.
+func TestSubstrateChainsKeepAlignedToolsTogether(t *testing.T) {
+	tmp := t.TempDir()
+	env := cleanEnv(t, "STACKFLOW_CACHE="+filepath.Join(tmp, "cache"), "XDG_DATA_HOME="+filepath.Join(tmp, "share"),
+		"STACKFLOW_KARGO_SRC="+KargoSource())
+	plan, _ := substrateSh(t, env, "plan", "all")
+	m := regexp.MustCompile(`(?m)^  chains: (.*) \| (.*)$`).FindStringSubmatch(plan)
+	if m == nil {
+		t.Fatalf("plan all prints no chains:\n%s", plan)
+	}
+	chainOf := map[string]int{}
+	for i, chain := range m[1:] {
+		for _, tool := range strings.Fields(chain) {
+			chainOf[tool] = i
+		}
+	}
+	if _, err := os.Stat(filepath.Join(KargoSource(), "go.mod")); err != nil {
+		t.Logf("no Kargo source at %s: only Argo CD and Rollouts are checked", KargoSource())
+		delete(chainOf, "kargo")
+	}
+	for _, tool := range []string{"argocd3", "rollouts"} {
+		if _, ok := chainOf[tool]; !ok {
+			t.Errorf("%s is in neither chain: %q", tool, m[0])
+		}
+	}
+	for _, tool := range []string{"rollouts", "kargo"} {
+		if c, ok := chainOf[tool]; ok && c != chainOf["argocd3"] {
+			t.Errorf("%s is not in argocd3's chain: %q", tool, m[0])
+		}
+	}
+	for _, tool := range []string{"kube", "pulumi"} {
+		if c, ok := chainOf[tool]; ok && c == chainOf["argocd3"] {
+			t.Errorf("%s is in argocd3's chain: %q", tool, m[0])
+		}
 	}
 }
