@@ -1,6 +1,7 @@
 package images
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
 	"io"
@@ -66,7 +67,7 @@ func TestMultiPlatformIndex(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no /hello", d.Platform)
 		}
-		e, err := elf.NewFile(strings.NewReader(string(f.content)))
+		e, err := elf.NewFile(bytes.NewReader(f.content))
 		if err != nil {
 			t.Fatalf("%s: /hello: %v", d.Platform, err)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/mod/modfile"
 )
 
 // modulePath is the main module's path, as go.mod declares it.
@@ -44,15 +46,7 @@ func RepoRoot() string {
 // declaresModule reports whether the go.mod at path declares module mod.
 func declaresModule(path, mod string) bool {
 	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" && strings.Trim(f[1], `"`) == mod {
-			return true
-		}
-	}
-	return false
+	return err == nil && modfile.ModulePath(b) == mod
 }
 
 // Paths are the directories holding the substrate binaries.
