@@ -50,6 +50,19 @@ KARGO_REL=../../../../shared/kargo/src
 GITLAB=gitlab.com/gitlab-org/api/client-go
 SECUREJOIN=github.com/cyphar/filepath-securejoin
 
+# Skipped when nothing it reads or writes changed (hack/generated.sh): this
+# script and those it calls, the Argo module's components main.go, Kargo's
+# go.mod files.
+. "$here/generated.sh"
+GEN_PARAMS=("ARGOCD3_VERSION=$ARGOCD3_VERSION" "ROLLOUTS_VERSION=$ROLLOUTS_VERSION" "KUBE_034=$KUBE_034")
+GEN_INPUTS=(hack/gen-tools-argo-kargo.sh hack/kube-staging-replace.sh hack/align-modules.sh hack/tools/argo/cmd/argocd/main.go)
+for f in go.mod go.sum api/go.mod api/go.sum pkg/x/client/generated/go.mod pkg/x/client/generated/go.sum; do
+  [ -f "$kargo/$KARGO_REL/$f" ] && GEN_INPUTS+=("hack/tools/kargo/$KARGO_REL/$f")
+done
+GEN_OUTPUTS=()
+for m in argo kargo; do GEN_OUTPUTS+=("hack/tools/$m/go.mod" "hack/tools/$m/go.sum" "hack/tools/$m/tools.go"); done
+generated_fresh hack/tools/generated-argo-kargo.sha256 && exit 0
+
 gomod() { (cd "$1" && GOFLAGS=-mod=mod go mod download -json "$2" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p'); }
 
 # The Argo module: Argo CD's go.mod; its k8s.io replaces are dropped, as
@@ -137,3 +150,4 @@ TIDY_FLAGS=-e "$here/align-modules.sh" "$kargo" "$argo" "$GITLAB"
 "$here/align-modules.sh" "$argo" "$kargo" "$GITLAB" "$SECUREJOIN"
 (cd "$argo" && go list -deps ./cmd/argocd github.com/argoproj/argo-rollouts/cmd/rollouts-controller >/dev/null)
 (cd "$kargo" && go list -deps github.com/akuity/kargo/cmd/controlplane github.com/akuity/kargo/cmd/credential-helper >/dev/null)
+generated_record hack/tools/generated-argo-kargo.sha256

@@ -9,6 +9,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ARGOCD_VERSION=${ARGOCD_VERSION:-v2.14.21}
+# Skipped when nothing it reads or writes changed (hack/generated.sh).
+. "$here/generated.sh"
+GEN_PARAMS=("ARGOCD_VERSION=$ARGOCD_VERSION")
+GEN_INPUTS=(hack/gen-tools-argocd.sh hack/tools/argocd/main.go hack/tools/argocd/tools.go)
+GEN_OUTPUTS=(hack/tools/argocd/go.mod hack/tools/argocd/go.sum)
+generated_fresh hack/tools/argocd/generated.sha256 && exit 0
 
 # gen DIR MAJOR VERSION
 gen() {
@@ -23,3 +29,4 @@ gen() {
   (cd "$dir" && go mod tidy)
 }
 gen argocd v2 "$ARGOCD_VERSION"
+generated_record hack/tools/argocd/generated.sha256

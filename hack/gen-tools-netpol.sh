@@ -8,6 +8,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 NETPOL_VERSION=${NETPOL_VERSION:-v0.8.0}
 dir=$here/tools/netpol
+# Skipped when nothing it reads or writes changed (hack/generated.sh).
+. "$here/generated.sh"
+GEN_PARAMS=("NETPOL_VERSION=$NETPOL_VERSION")
+GEN_INPUTS=(hack/gen-tools-netpol.sh)
+GEN_OUTPUTS=(hack/tools/netpol/go.mod hack/tools/netpol/go.sum hack/tools/netpol/tools.go)
+generated_fresh hack/tools/netpol/generated.sha256 && exit 0
 mkdir -p "$dir"
 src=$(cd "$dir" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kube-network-policies@$NETPOL_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
 {
@@ -27,3 +33,4 @@ package netpol
 import _ "sigs.k8s.io/kube-network-policies/cmd"
 GO
 (cd "$dir" && go mod tidy)
+generated_record hack/tools/netpol/generated.sha256

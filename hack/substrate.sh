@@ -88,6 +88,9 @@ declare -A COLD_MIN=(
 # build cache then shares the standard library between them, and any package
 # whose module and dependencies are at the same versions.
 export CGO_ENABLED=0
+# and with GOGC=400 (or STACKFLOW_GOGC): the compiler then spends ~12 % less
+# CPU collecting garbage (see the Makefile).
+BUILD_GOGC=${STACKFLOW_GOGC:-400}
 
 log() { printf '[substrate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -223,9 +226,9 @@ gobuild() {
   out=$(mktemp)
   if [ -n "$dir" ]; then
     total=$(cd "$dir" && go list -deps "$pkg" 2>/dev/null | wc -l) || total=?
-    (cd "$dir" && exec go build -v "$@" "$pkg") 2>"$out" &
+    (cd "$dir" && GOGC=$BUILD_GOGC exec go build -v "$@" "$pkg") 2>"$out" &
   else
-    (exec go install -v "$@" "$pkg") 2>"$out" &
+    (GOGC=$BUILD_GOGC exec go install -v "$@" "$pkg") 2>"$out" &
   fi
   local pid=$!
   (

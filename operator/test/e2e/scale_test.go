@@ -83,7 +83,7 @@ func TestPushWebhookDeploysInSeconds(t *testing.T) {
 	if s.Annotations[controller.PushAnnotation] == "" {
 		t.Fatalf("the accepted push was not recorded on the Stack (%s)", controller.PushAnnotation)
 	}
-	waitStack(t, s, 30*time.Second, "deployed after the push", readyAt(sha2))
+	waitStack(t, s, 2*time.Minute, "deployed after the push", readyAt(sha2)) // the poll interval is an hour
 	t.Logf("pushed commit deployed %s after the notification", time.Since(start).Round(100*time.Millisecond))
 	// The same delivery again is a replay. (The refused ones above were not
 	// remembered: the accepted post used their delivery ID.)

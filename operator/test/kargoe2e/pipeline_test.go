@@ -102,7 +102,7 @@ func TestKargoPromotesStacks(t *testing.T) {
 	tl.record(t, p.Pipeline)
 
 	// Release 1: Freight, then dev and preview by auto-promotion.
-	f1 := p.waitFreight(ctx, r1, 30*time.Second)
+	f1 := p.waitFreight(ctx, r1, 2*time.Minute)
 	t.Logf("release 1 %.7s is Freight %s (%s)", r1, f1.Name, f1.Alias)
 	for _, st := range []string{"dev", "preview"} {
 		promo := p.waitPromotion(ctx, st, f1.Name, "Succeeded", 4*time.Minute)
@@ -142,7 +142,7 @@ func TestKargoPromotesStacks(t *testing.T) {
 	if err := p.Refresh(ctx, kargo.WarehouseKind, kargo.ExampleWarehouse); err != nil {
 		t.Fatal(err)
 	}
-	f2 := p.waitFreight(ctx, r2, 30*time.Second)
+	f2 := p.waitFreight(ctx, r2, 2*time.Minute) // well inside the 5-min interval
 	tl.settle()
 	if ft, ok := tl.get(freightMade(r2)); ok {
 		t.Logf("latency of release 2 (%.7s): push → Freight %s (the Warehouse refreshed as a push webhook does)", r2, ft.Sub(pushed).Round(100*time.Millisecond))
