@@ -290,3 +290,72 @@ func TestSubstrateChainsKeepAlignedToolsTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestSubstrateBuildsKargoFromAnotherFolder: where STACKFLOW_KARGO_SRC names
+// a Kargo source other than the shared folder the Kargo tools module points
+// at, hack/substrate.sh builds from that folder (through a copy of the
+// module's go.mod given to go build with -modfile), leaves the tools module
+// as committed, and takes the CRDs from beside that source. The build
+// compiles nothing new with a warm Go build cache (-trimpath keeps the
+// folder out of the compiled packages); it relinks.
+func TestSubstrateBuildsKargoFromAnotherFolder(t *testing.T) {
+	src := KargoSource()
+	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
+		t.Skipf("no Kargo source at %s", src)
+	}
+	tmp := t.TempDir()
+	other := filepath.Join(tmp, "kargo")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{src, filepath.Join(src, "..", "crds")} {
+		if out, err := exec.Command("cp", "-r", d, other).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v\n%s", err, out)
+		}
+	}
+	// The shared folder is read-only; the copy must be removable.
+	if out, err := exec.Command("chmod", "-R", "u+w", other).CombinedOutput(); err != nil {
+		t.Fatalf("chmod: %v\n%s", err, out)
+	}
+	otherSrc := filepath.Join(other, filepath.Base(src))
+	modPath := filepath.Join(RepoRoot(), "hack", "tools", "kargo", "go.mod")
+	before, err := os.ReadFile(modPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := cleanEnv(t, "STACKFLOW_CACHE="+filepath.Join(tmp, "cache"), "STACKFLOW_KARGO_SRC="+otherSrc)
+	_, stderr := substrateSh(t, env, "kargo")
+	if !strings.Contains(stderr, "go build kargo") {
+		t.Fatalf("hack/substrate.sh kargo did not build Kargo:\n%s", stderr)
+	}
+	dirOut, _ := substrateSh(t, env, "dir", "kargo")
+	dir := strings.TrimSpace(dirOut)
+	for _, f := range []string{"kargo", "credential-helper", ".complete"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("the build left no %s: %v", f, err)
+		}
+	}
+	for _, f := range []string{"kargo.mod", "kargo.sum"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			t.Errorf("the build left its %s in the cache", f)
+		}
+	}
+	crds, _ := filepath.Glob(filepath.Join(dir, "crds", "*.yaml"))
+	if len(crds) == 0 {
+		t.Error("no CRDs copied from beside the source")
+	}
+	info, err := exec.Command("go", "version", "-m", filepath.Join(dir, "kargo")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "=> " + otherSrc; !strings.Contains(string(info), want) {
+		t.Errorf("kargo was not built from %s (go version -m lacks %q):\n%s", otherSrc, want, info)
+	}
+	after, err := os.ReadFile(modPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Error("the build changed hack/tools/kargo/go.mod")
+	}
+}
