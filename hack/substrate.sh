@@ -79,7 +79,7 @@ SET_all=(kube pulumi-yaml pulumi rollouts argocd3 kargo)
 # nothing else running (DEVELOPMENT.md, "Cold and warm times"); `plan` prints them.
 # Kargo and Rollouts are the minutes they add after Argo CD v3 in their unit.
 declare -A COLD_MIN=(
-  [kube]=21 [pulumi]=11 [pulumi-yaml]=2 [rollouts]=4 [argocd]=19 [argocd3]=20 [kargo]=5
+  [kube]=10 [pulumi]=7 [pulumi-yaml]=2 [rollouts]=2 [argocd]=19 [argocd3]=10 [kargo]=3
   [controller-gen]=2 [protoc-tools]=5 [cluster]=7 [netpol]=3
 )
 
