@@ -28,12 +28,20 @@ func IsUnavailable(err error) bool {
 // RetryError is a transient error with the time the resolver will list the
 // repository again.
 type RetryError struct {
-	Err   error
+	Err error
+	// After is when to ask again: the backoff's end, or the end of a
+	// listing under way.
 	After time.Duration
+	// Backoff is the wait after this failure (the message says it: unlike
+	// After, it does not move while a Stack waits).
+	Backoff time.Duration
 }
 
 func (e *RetryError) Error() string {
-	return fmt.Sprintf("%v (retrying the repository after %s)", e.Err, e.After.Round(time.Second))
+	if e.Backoff <= 0 {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("%v (retrying the repository every %s)", e.Err, e.Backoff.Round(time.Second))
 }
 func (e *RetryError) Unwrap() error { return e.Err }
 

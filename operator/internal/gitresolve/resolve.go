@@ -10,23 +10,13 @@ package gitresolve
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 )
 
 // Branch returns the commit at the head of branch ("main" or
-// "refs/heads/main") in the repository at url, listing it now.
+// "refs/heads/main") in the repository at url, listing it now within the
+// default limits.
 func Branch(ctx context.Context, url, branch string, auth gitauth.Credentials) (string, error) {
-	heads, err := ListBranches(ctx, url, auth)
-	if err != nil {
-		return "", classify(err)
-	}
-	name := strings.TrimPrefix(branch, "refs/heads/")
-	sha, ok := heads[name]
-	if !ok {
-		return "", &UnavailableError{Err: fmt.Errorf("branch %s not found in %s", name, url)}
-	}
-	return sha, nil
+	return (&Shared{}).Branch(ctx, url, branch, auth)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
+	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
@@ -164,14 +165,14 @@ func TestListBranchesRealRepository(t *testing.T) {
 	main := repo.Commit(t, "one", map[string]string{"f": "1"})
 	repo.Branch(t, "feature")
 	feature := repo.Commit(t, "two", map[string]string{"f": "2"})
-	heads, err := ListBranches(context.Background(), repo.URL(), gitauth.Credentials{})
+	heads, err := ListBranches(context.Background(), repo.URL(), gitauth.Credentials{}, gitremote.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if heads["main"] != main || heads["feature"] != feature {
 		t.Fatalf("heads = %v, want main=%s feature=%s", heads, main, feature)
 	}
-	if _, err := ListBranches(context.Background(), "file:///nonexistent.git", gitauth.Credentials{}); err == nil {
+	if _, err := ListBranches(context.Background(), "file:///nonexistent.git", gitauth.Credentials{}, gitremote.Limits{}); err == nil {
 		t.Fatal("listing a missing repository succeeded")
 	}
 }

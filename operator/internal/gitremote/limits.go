@@ -1,0 +1,110 @@
+package gitremote
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits bound one operation with a git server.
+type Limits struct {
+	// Timeout bounds the whole operation, from the first connection to the
+	// last byte; 0 leaves it to the caller's context.
+	Timeout time.Duration
+	// ConnectTimeout bounds each TCP connection; default DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// IdleTimeout fails the operation when the server sends nothing (and
+	// takes nothing) for this long; default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxBytes caps what is read from the server; 0 for no cap.
+	MaxBytes int64
+
+	// TimeoutFlag, IdleFlag and BytesFlag name the settings behind the
+	// limits (flags such as "--git-timeout"), for the messages of a
+	// LimitError.
+	TimeoutFlag, IdleFlag, BytesFlag string
+}
+
+// Defaults of the operator's and the agent's flags.
+const (
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultIdleTimeout     = 30 * time.Second
+	DefaultListTimeout     = time.Minute
+	DefaultMaxListingBytes = 64 << 20
+	DefaultMaxFetchBytes   = 4 << 30
+)
+
+func (l Limits) connect() time.Duration {
+	if l.ConnectTimeout > 0 {
+		return l.ConnectTimeout
+	}
+	return DefaultConnectTimeout
+}
+
+func (l Limits) idle() time.Duration {
+	if l.IdleTimeout > 0 {
+		return l.IdleTimeout
+	}
+	return DefaultIdleTimeout
+}
+
+// What a LimitError says was exceeded.
+const (
+	LimitConnect = "connect"
+	LimitIdle    = "idle"
+	LimitTime    = "time"
+	LimitBytes   = "bytes"
+)
+
+// LimitError: a git server exceeded one of the operation's limits. Its
+// message names the server (host and port, never user info) and the limit.
+// It is transient: the server may answer next time.
+type LimitError struct {
+	// Host is the server's host:port.
+	Host string
+	// Limit is LimitConnect, LimitIdle, LimitTime or LimitBytes.
+	Limit string
+	// After is the duration that ran out, or Bytes the cap that was passed.
+	After time.Duration
+	Bytes int64
+	// Flag names the setting behind the limit, if any.
+	Flag string
+}
+
+func (e *LimitError) Error() string {
+	var msg string
+	switch e.Limit {
+	case LimitConnect:
+		msg = fmt.Sprintf("git server %s: no connection within %s", e.Host, e.After)
+	case LimitIdle:
+		msg = fmt.Sprintf("git server %s sent nothing for %s", e.Host, e.After)
+	case LimitTime:
+		msg = fmt.Sprintf("git server %s did not finish within %s", e.Host, e.After)
+	case LimitBytes:
+		msg = fmt.Sprintf("git server %s sent more than %s", e.Host, byteSize(e.Bytes))
+	default:
+		msg = fmt.Sprintf("git server %s exceeded a limit", e.Host)
+	}
+	if e.Flag != "" {
+		msg += " (" + e.Flag + ")"
+	}
+	return msg
+}
+
+// Timeout makes a LimitError a timeout for the callers that ask (net.Error),
+// the byte cap included: the server may answer within it next time.
+func (e *LimitError) Timeout() bool   { return e.Limit != LimitBytes }
+func (e *LimitError) Temporary() bool { return true }
+
+// byteSize spells n in the largest binary unit that divides it, as the flags
+// take it ("64MiB").
+func byteSize(n int64) string {
+	for _, u := range []struct {
+		unit string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d %s", n/u.size, u.unit)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
