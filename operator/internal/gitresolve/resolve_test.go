@@ -77,7 +77,9 @@ func (w *woken) next(t *testing.T) types.NamespacedName {
 	}
 }
 
-func stackKey(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+func stackKey(ns, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
 
 // TestResolveNeverWaitsForTheServer: Resolve answers at once while the first
 // listing is under way (PendingError), wakes every Stack that asked when it
