@@ -20,6 +20,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/operator/internal/agent"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
+	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 )
 
 func main() {
@@ -48,6 +49,7 @@ func main() {
 		secretEnv   string
 		termPath    string
 		envFromFlag multiFlag
+		fetchBytes  = gitremote.ByteSize(gitremote.DefaultMaxFetchBytes)
 	)
 	fs.StringVar(&opts.WorkDir, "workdir", "/share/workspace", "scratch directory; the program is fetched under it")
 	fs.StringVar(&so.Listen, "listen", ":50051", "address to serve the agent API on")
@@ -71,7 +73,11 @@ func main() {
 	fs.DurationVar(&opts.RunRetention.Retention, "finished-run-retention", agent.DefaultFinishedRunRetention, "how long a finished run (its result and buffered events) stays available to GetOperation and WatchOperation after it ended; running runs are never evicted")
 	fs.IntVar(&opts.RunRetention.MaxFinished, "max-finished-runs", agent.DefaultMaxFinishedRuns, "the most finished runs kept; beyond it the runs that ended first are evicted first")
 	fs.DurationVar(&opts.PrepareTimeout, "prepare-timeout", agent.DefaultPrepareTimeout, "the longest a preparation of the program may take — the fetch and pulumi install, at start and for each in-place checkout; one still running then is stopped and fails (SourceUnavailable while fetching, InstallationFailed while installing, with the install's last output line, redacted)")
+	fs.DurationVar(&opts.Source.GitLimits.IdleTimeout, strings.TrimPrefix(gitremote.IdleTimeoutFlag, "--"), gitremote.DefaultIdleTimeout, "a git server that sends nothing for this long fails the fetch, which the operator asks for again; the fetch as a whole is bounded by --prepare-timeout")
+	fs.Var(&fetchBytes, strings.TrimPrefix(gitremote.MaxFetchBytesFlag, "--"), "the most a fetch of a revision reads from the git server, e.g. 4Gi; a server sending more fails it")
 	_ = fs.Parse(os.Args[2:])
+	opts.Source.GitLimits.MaxBytes = int64(fetchBytes)
+	opts.Source.GitLimits.IdleFlag, opts.Source.GitLimits.BytesFlag = gitremote.IdleTimeoutFlag, gitremote.MaxFetchBytesFlag
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "termination-message-path" })
 	term := terminationFile{path: termPath, create: explicit}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
+	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
+	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/podsecurity"
@@ -35,11 +37,14 @@ type config struct {
 	podSecurity       string
 	sshKnownHostsFile string
 	githubAPIHosts    string
+	gitListingBytes   gitremote.ByteSize
+	gitFetchBytes     gitremote.ByteSize
 }
 
 // parseFlags parses args (without the program name) into a config.
 func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
-	c := &config{zap: zap.Options{Development: false}}
+	c := &config{zap: zap.Options{Development: false},
+		gitListingBytes: gitremote.DefaultMaxListingBytes, gitFetchBytes: gitremote.DefaultMaxFetchBytes}
 	opts := &c.opts
 	fs.StringVar(&opts.Runtime, "workspace-runtime", operator.RuntimePod, `how workspaces run: "pod" (StatefulSets; for clusters) or "local" (agent child processes; for development)`)
 	fs.StringVar(&opts.Pod.AgentImage, "agent-image", "ghcr.io/stackflow-io/stackflow-operator:latest", "image holding the agent at /agent (pod runtime)")
@@ -63,6 +68,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.StringVar(&opts.ArtifactAddr, "artifact-addr", ":9090", "listen address of the artifact server workspaces download Programs from")
 	fs.StringVar(&opts.ArtifactBaseURL, "artifact-base-url", "", "URL workspaces reach the artifact server at, e.g. http://stackflow-operator.stackflow-system.svc:9090 (default: http://127.0.0.1:<port of --artifact-addr>)")
 	fs.DurationVar(&opts.GitPollInterval, "git-poll-interval", time.Minute, "how long a branch listing serves every Stack of a repository (relax to 5-10m with the push webhook)")
+	fs.DurationVar(&opts.GitListLimits.Timeout, "git-timeout", gitremote.DefaultListTimeout, "the longest one branch listing may take, from the connection (and a GitHub App's token exchange) to the last reference: a git server still answering then fails it, and the Stacks of that repository show the server and what ran out (Reconciling, SourceUnreachable) and retry with backoff. Listings run off the reconcile workers, so a slow server never delays other Stacks")
+	fs.DurationVar(&opts.GitListLimits.IdleTimeout, "git-idle-timeout", gitremote.DefaultIdleTimeout, "a git server that sends nothing for this long fails the listing (and, passed to agents, the fetch) it serves")
+	fs.Var(&c.gitListingBytes, "git-max-listing-bytes", "the most a branch listing reads from a git server (its reference advertisement), e.g. 64Mi; a server sending more fails it")
+	fs.Var(&c.gitFetchBytes, "git-max-fetch-bytes", "the most an agent's fetch of a revision reads from a git server, e.g. 4Gi, passed to agents (their fetches are bounded in time by --workspace-prepare-timeout)")
+	fs.IntVar(&opts.GitListings, "git-listings", gitresolve.DefaultMaxListings, "the most branch listings under way at once")
+	fs.IntVar(&opts.GitListingsPerNamespace, "git-listings-per-namespace", gitresolve.DefaultMaxListingsPerNamespace, "the most branch listings under way at once for the Stacks of one namespace: a namespace whose repositories never answer holds at most this many of --git-listings")
 	fs.StringVar(&opts.WebhookAddr, "webhook-bind-address", "", "serve the GitHub push webhook at /webhooks/github on this address; needs --webhook-secret-file (the webhook is off without it)")
 	fs.StringVar(&c.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhook's secret; without it the webhook is off (a file that cannot be read is an error)")
 	fs.StringVar(&opts.OperatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the operator's own objects: the Secret "+operator.InputsDigestKeySecret+" keying the digests of Stack inputs (created when missing)")
@@ -96,6 +107,14 @@ func (c *config) resolve(log logr.Logger) error {
 	if c.opts.WorkspacePrepareTimeout < 0 {
 		return fmt.Errorf("--workspace-prepare-timeout=%s: give a positive duration, e.g. 30m, or 0 for the agent's default", c.opts.WorkspacePrepareTimeout)
 	}
+	l := &c.opts.GitListLimits
+	if l.Timeout <= 0 || l.IdleTimeout <= 0 || c.opts.GitListings <= 0 || c.opts.GitListingsPerNamespace <= 0 {
+		return fmt.Errorf("--git-timeout (%s), --git-idle-timeout (%s), --git-listings (%d) and --git-listings-per-namespace (%d) must be positive",
+			l.Timeout, l.IdleTimeout, c.opts.GitListings, c.opts.GitListingsPerNamespace)
+	}
+	l.MaxBytes = int64(c.gitListingBytes)
+	l.TimeoutFlag, l.IdleFlag, l.BytesFlag = "--git-timeout", gitremote.IdleTimeoutFlag, "--git-max-listing-bytes"
+	c.opts.AgentGitLimits = gitremote.Limits{IdleTimeout: l.IdleTimeout, MaxBytes: int64(c.gitFetchBytes)}
 	if c.opts.SecretPollInterval <= 0 {
 		return fmt.Errorf("--secret-poll-interval=%s: give a positive duration, e.g. 1m", c.opts.SecretPollInterval)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,6 +16,10 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
+
+// checkoutStopWait is how long a Checkout of another revision waits for the
+// one it cancelled to end.
+const checkoutStopWait = 10 * time.Second
 
 // checkout is a Checkout request and its progress.
 type checkout struct {
@@ -52,10 +57,18 @@ func (s *Server) Checkout(_ context.Context, req *agentv1.CheckoutRequest) (*age
 			return st, nil
 		case c.running():
 			// Another revision is wanted now: stop that checkout, then
-			// look again (another request may have come meanwhile).
+			// look again (another request may have come meanwhile). Its
+			// connections close when it is cancelled (gitremote) and its
+			// install is killed, so it ends at once; should it not, the
+			// caller is told to ask again rather than held.
+			stopping := c.status.GetSourceRef()
 			s.mu.Unlock()
 			c.cancel()
-			<-c.done
+			select {
+			case <-c.done:
+			case <-time.After(checkoutStopWait):
+				return nil, status.Errorf(codes.Unavailable, "the checkout of %s is still stopping: ask again", stopping)
+			}
 			continue
 		case ref == s.program.sourceRef:
 			st := &agentv1.CheckoutStatus{SourceRef: ref, State: agentv1.CheckoutState_CHECKOUT_STATE_SUCCEEDED,

@@ -24,6 +24,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/internal/redact"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
+	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 )
 
 // Source says where the program comes from. Exactly one of GitURL, ArtifactURL
@@ -35,6 +36,10 @@ type Source struct {
 	// GitAuth holds the git credentials (gitauth.FromEnv in the agent).
 	// Values are secrets: never logged.
 	GitAuth gitauth.Credentials
+	// GitLimits bound the fetch besides the preparation's deadline: the
+	// idle timeout and the bytes read (--git-idle-timeout,
+	// --git-max-fetch-bytes).
+	GitLimits gitremote.Limits
 
 	ArtifactURL    string
 	ArtifactDigest string // "sha256:<hex>"
@@ -164,14 +169,15 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 	} else {
 		fetch.RefSpecs = []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":refs/remotes/origin/" + branch)}
 	}
-	// ctx bounds the fetch: the agent's preparation deadline (--prepare-timeout).
-	err = repo.FetchContext(ctx, fetch)
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && isSHA && !isAuthError(err) {
+	// ctx bounds the fetch in time (the agent's preparation deadline,
+	// --prepare-timeout), src.GitLimits its silences and bytes.
+	err = gitremote.Fetch(ctx, repo, src.GitURL, fetch, src.GitLimits)
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && isSHA && !isAuthError(err) && !isLimit(err) {
 		// Not every server (or transport) serves a commit by SHA; fetch the
 		// branches and find it among them.
 		fetch.Depth = 0
 		fetch.RefSpecs = []gitconfig.RefSpec{"+refs/heads/*:refs/remotes/origin/*"}
-		err = repo.FetchContext(ctx, fetch)
+		err = gitremote.Fetch(ctx, repo, src.GitURL, fetch, src.GitLimits)
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		if !isSHA && errors.Is(err, git.NoMatchingRefSpecError{}) {
@@ -227,6 +233,13 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 // refused the credentials (as opposed to a network failure).
 func isSourceRefused(err error) bool {
 	return isAuthError(err) || gitauth.IsPermanent(err) || errors.Is(err, transport.ErrRepositoryNotFound) || errors.Is(err, transport.ErrEmptyRemoteRepository)
+}
+
+// isLimit: the server ran into a limit (gitremote.LimitError) or the
+// preparation's deadline passed — asking again would only wait as long.
+func isLimit(err error) bool {
+	var le *gitremote.LimitError
+	return errors.As(err, &le) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func isAuthError(err error) bool {

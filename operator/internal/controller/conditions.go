@@ -1,9 +1,13 @@
 package controller
 
 import (
+	"unicode/utf8"
+
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stackflow-io/stackflow/internal/redact"
 )
 
 // conditioned is an API object whose status holds conditions (Stack,
@@ -14,11 +18,33 @@ type conditioned interface {
 }
 
 // setCondition sets one of o's conditions for o's current generation,
-// keeping its transition time when the status does not change.
+// keeping its transition time when the status does not change. It is where
+// every condition message of every kind is written, and so where messages
+// are made fit for a status (conditionMessage).
 func setCondition(o conditioned, typ string, status metav1.ConditionStatus, reason, message string) {
 	apimeta.SetStatusCondition(o.GetConditions(), metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: o.GetGeneration(),
+		Type: typ, Status: status, Reason: reason, Message: conditionMessage(message), ObservedGeneration: o.GetGeneration(),
 	})
+}
+
+// maxConditionMessage bounds a condition's message (the API allows 32,768
+// bytes): a remote's error text has no bound of its own.
+const maxConditionMessage = 4096
+
+// conditionMessage is msg as a status may carry it: the user info of every
+// URL in it masked (a Stack's projectRepo may hold a token, and go-git and
+// net/http repeat URLs in their errors), at most maxConditionMessage bytes.
+// Events repeat the Ready condition's message, so they get the same.
+func conditionMessage(msg string) string {
+	msg = redact.URLCredentials(msg)
+	if len(msg) > maxConditionMessage {
+		cut := maxConditionMessage - len("…")
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
+	return msg
 }
 
 // removeCondition removes one of o's conditions.

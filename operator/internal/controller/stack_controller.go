@@ -17,7 +17,6 @@ import (
 	"github.com/stackflow-io/stackflow/internal/conditions"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
 	"github.com/stackflow-io/stackflow/operator/internal/stack"
 )
@@ -27,15 +26,17 @@ import (
 // so Stacks move between the operators.
 const StackFinalizer = "finalizer.stack.pulumi.com"
 
-// BranchResolver resolves a branch head; gitresolve.Branch in production.
-type BranchResolver func(ctx context.Context, url, branch string, auth gitauth.Credentials) (string, error)
+// BranchResolver resolves a branch head without waiting for the git server
+// (gitresolve.Shared.Resolve in production): a *gitresolve.PendingError says
+// a listing is under way, whose end wakes the Stack.
+type BranchResolver func(ctx context.Context, req gitresolve.Request) (string, error)
 
 // StackReconciler keeps Stacks up to date by deriving a Workspace and running
 // Updates in it, following the pure decisions of package stack.
 type StackReconciler struct {
 	client.Client
 	Recorder record.EventRecorder
-	// Resolve resolves branches; default gitresolve.Branch.
+	// Resolve resolves branches; default Git.Resolve.
 	Resolve BranchResolver
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -51,8 +52,10 @@ type StackReconciler struct {
 	// DigestKey keys the digests of referenced inputs (status.lastUpdate.
 	// inputsDigest), so they reveal nothing about Secret values.
 	DigestKey []byte
-	// Git, when set, is the shared resolver whose listings a push
-	// (pushAnnotation) invalidates.
+	// Git is the shared resolver: it lists repositories off the reconcile
+	// workers and wakes the Stacks whose answer a listing changed; a push
+	// (PushAnnotation) invalidates its listings. Default: one with a
+	// minute's TTL and the default limits.
 	Git *gitresolve.Shared
 	// SecretPollInterval is how often an up-to-date Stack that reads
 	// Secrets reads them again, so a rotated value is deployed: Secrets are

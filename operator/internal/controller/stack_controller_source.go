@@ -11,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stackflow-io/stackflow/internal/conditions"
 	"github.com/stackflow-io/stackflow/internal/stackref"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -58,6 +60,15 @@ func (r *StackReconciler) classifySourceError(s *pulumiv1.Stack, err error) erro
 		after = r.ResyncOverride
 	}
 	switch {
+	case gitresolve.IsPending(err):
+		// The repository's listing is under way, off the workers; its end
+		// wakes the Stack. A Stack whose status describes its current spec
+		// keeps it meanwhile (an operator that just started lists every
+		// repository once), others say what they wait for.
+		if specCurrent(s) {
+			return upToDate(pendingRecheck)
+		}
+		return &waitingError{reason: pulumiv1.ReconcilingResolvingSourceReason, msg: err.Error(), requeue: pendingRecheck}
 	case errors.As(err, &specErr):
 		return &stallingError{reason: pulumiv1.StalledSpecInvalidReason, msg: err.Error()}
 	case errors.As(err, &srcErr):
@@ -70,6 +81,18 @@ func (r *StackReconciler) classifySourceError(s *pulumiv1.Stack, err error) erro
 		return &waitingError{reason: pulumiv1.ReconcilingSourceUnreachableReason, msg: err.Error() + "; retrying", requeue: max(retry, time.Second)}
 	}
 	return err
+}
+
+// pendingRecheck is when a Stack waiting for a listing looks again, should
+// the listing's end not wake it (it always should).
+const pendingRecheck = time.Minute
+
+// specCurrent: the Stack's status is Ready for its current generation and
+// reconcile request.
+func specCurrent(s *pulumiv1.Stack) bool {
+	return s.Status.ObservedGeneration == s.Generation &&
+		s.Status.ObservedReconcileRequest == s.Annotations[pulumiv1.ReconcileRequestAnnotation] &&
+		conditions.IsTrue(s, s.Status.Conditions, pulumiv1.ReadyCondition)
 }
 
 // resolveSource finds the revision to deploy: a branch head, a pinned commit,
@@ -87,9 +110,12 @@ func (r *StackReconciler) resolveSource(ctx context.Context, s *pulumiv1.Stack) 
 				// A push was received for this repository (by any replica).
 				r.Git.InvalidateOnce(s.Spec.ProjectRepo, token)
 			}
-			commit, err = r.Resolve(ctx, s.Spec.ProjectRepo, s.Spec.Branch, auth)
+			commit, err = r.Resolve(ctx, gitresolve.Request{URL: s.Spec.ProjectRepo, Branch: s.Spec.Branch, Auth: auth, Stack: client.ObjectKeyFromObject(s)})
 			if err != nil {
-				err = fmt.Errorf("resolve branch %s of %s: %w", s.Spec.Branch, s.Spec.ProjectRepo, err)
+				if gitresolve.IsPending(err) {
+					return stack.Source{}, err
+				}
+				err = fmt.Errorf("resolve branch %s: %w", s.Spec.Branch, err)
 				if gitresolve.IsUnavailable(err) {
 					return stack.Source{}, &sourceError{msg: err.Error()}
 				}

@@ -37,8 +37,8 @@ func TestGitCredentialsAndHostKeyStall(t *testing.T) {
 	}
 	var got gitauth.Credentials
 	r := &StackReconciler{Client: b.Build(), SSHKnownHosts: "OPERATOR-KH",
-		Resolve: func(_ context.Context, url, branch string, auth gitauth.Credentials) (string, error) {
-			got = auth
+		Resolve: func(_ context.Context, req gitresolve.Request) (string, error) {
+			got = req.Auth
 			return "", &gitresolve.UnavailableError{Err: &gitauth.HostKeyError{Host: "[git.example]:2222", Fingerprint: "SHA256:abc"}}
 		}}
 	s := glueStack()

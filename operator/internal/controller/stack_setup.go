@@ -1,15 +1,20 @@
 package controller
 
 import (
+	"context"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -18,8 +23,24 @@ import (
 
 // SetupWithManager registers the controller and its watches.
 func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Git == nil {
+		r.Git = &gitresolve.Shared{TTL: time.Minute}
+	}
 	if r.Resolve == nil {
-		r.Resolve = gitresolve.Branch
+		r.Resolve = r.Git.Resolve
+	}
+	// A finished listing wakes the Stacks whose answer it changed (the
+	// listings run off the reconcile workers).
+	listed := make(chan event.GenericEvent, 1024)
+	r.Git.Notify = func(ctx context.Context, n types.NamespacedName) {
+		obj := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: n.Namespace, Name: n.Name}}
+		select {
+		case listed <- event.GenericEvent{Object: obj}:
+		case <-ctx.Done():
+		}
+	}
+	if err := mgr.Add(r.Git); err != nil {
+		return err
 	}
 	if r.Now == nil {
 		r.Now = time.Now
@@ -49,6 +70,7 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// would read every Secret of the cluster): a Stack reading Secrets
 		// reads them again every SecretPollInterval (secretPoll).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField, objectName))).
+		WatchesRawSource(source.Channel(listed, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Build(r)
 	if err != nil {

@@ -82,8 +82,8 @@ func (b *budget) DialContext(ctx context.Context, network, addr string) (net.Con
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			if !b.deadline.IsZero() && !time.Now().Before(b.deadline) {
-				return nil, b.trip(LimitTime)
+			if b.pastDeadline() {
+				return nil, b.deadlineError()
 			}
 			return nil, b.trip(LimitConnect)
 		}
@@ -155,10 +155,24 @@ func (c *conn) explain(err error) error {
 	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 		return err
 	}
-	if !c.b.deadline.IsZero() && !time.Now().Before(c.b.deadline) {
-		return c.b.trip(LimitTime)
+	if c.b.pastDeadline() {
+		return c.b.deadlineError()
 	}
 	return c.b.trip(LimitIdle)
+}
+
+func (b *budget) pastDeadline() bool {
+	return !b.deadline.IsZero() && !time.Now().Before(b.deadline)
+}
+
+// deadlineError: the operation's deadline passed. It is a limit of the
+// operation's own (Limits.Timeout), or else the caller's, which the caller
+// explains.
+func (b *budget) deadlineError() error {
+	if b.limits.Timeout > 0 {
+		return b.trip(LimitTime)
+	}
+	return context.DeadlineExceeded
 }
 
 // budgets holds the budgets of the operations under way, by the ID their

@@ -3,6 +3,8 @@ package gitremote
 import (
 	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Limits bound one operation with a git server.
@@ -108,3 +110,45 @@ func byteSize(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
+
+// The flags the operator and the agent share: the operator passes its own
+// values on to every agent.
+const (
+	IdleTimeoutFlag   = "--git-idle-timeout"
+	MaxFetchBytesFlag = "--git-max-fetch-bytes"
+)
+
+// AgentArgs are the agent flags for l's idle timeout and byte cap where they
+// differ from the agent's defaults (DefaultIdleTimeout, DefaultMaxFetchBytes):
+// an operator left at its defaults gives agents the command line it always
+// gave them, and rolls no workspace pod.
+func (l Limits) AgentArgs() []string {
+	var args []string
+	if l.IdleTimeout > 0 && l.IdleTimeout != DefaultIdleTimeout {
+		args = append(args, IdleTimeoutFlag+"="+l.IdleTimeout.String())
+	}
+	if l.MaxBytes > 0 && l.MaxBytes != DefaultMaxFetchBytes {
+		args = append(args, MaxFetchBytesFlag+"="+ByteSize(l.MaxBytes).String())
+	}
+	return args
+}
+
+// ByteSize is a flag value counting bytes, written as a Kubernetes quantity
+// ("64Mi", "4Gi", "500000").
+type ByteSize int64
+
+// Set parses a quantity of bytes.
+func (b *ByteSize) Set(s string) error {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a byte size (e.g. 64Mi, 4Gi)", s)
+	}
+	v, ok := q.AsInt64()
+	if !ok || v <= 0 {
+		return fmt.Errorf("%q is not a positive whole number of bytes (e.g. 64Mi, 4Gi)", s)
+	}
+	*b = ByteSize(v)
+	return nil
+}
+
+func (b ByteSize) String() string { return resource.NewQuantity(int64(b), resource.BinarySI).String() }

@@ -64,7 +64,7 @@ type woken struct{ ch chan types.NamespacedName }
 
 func newWoken() *woken { return &woken{ch: make(chan types.NamespacedName, 100)} }
 
-func (w *woken) notify(n types.NamespacedName) { w.ch <- n }
+func (w *woken) notify(_ context.Context, n types.NamespacedName) { w.ch <- n }
 
 func (w *woken) next(t *testing.T) types.NamespacedName {
 	t.Helper()

@@ -67,8 +67,8 @@ type Shared struct {
 	// defaults DefaultMaxListings and DefaultMaxListingsPerNamespace.
 	MaxListings, MaxListingsPerNamespace int
 	// Notify, when set, wakes a Stack whose answer a finished listing
-	// changed. It must not block for long.
-	Notify func(types.NamespacedName)
+	// changed; it gives up when ctx (the operator's) ends.
+	Notify func(ctx context.Context, stack types.NamespacedName)
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
@@ -342,7 +342,7 @@ func (s *Shared) start(k string, e *entry, now time.Time) {
 		remoteQueries.WithLabelValues(result).Inc()
 		for _, stack := range s.finish(e, heads, classify(err)) {
 			if s.Notify != nil {
-				s.Notify(stack)
+				s.Notify(ctx, stack)
 			}
 		}
 	}()

@@ -38,6 +38,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	"github.com/stackflow-io/stackflow/operator/internal/artifact"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
 	"github.com/stackflow-io/stackflow/operator/internal/webhook"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
@@ -133,6 +134,18 @@ type Options struct {
 	// --prepare-timeout (the fetch and `pulumi install` of a revision);
 	// zero leaves the agent's default (15 min) and its command line as it is.
 	WorkspacePrepareTimeout time.Duration
+	// GitListLimits bound each branch listing (--git-timeout,
+	// --git-idle-timeout, --git-max-listing-bytes); zero fields take
+	// gitremote's defaults.
+	GitListLimits gitremote.Limits
+	// GitListings and GitListingsPerNamespace bound the branch listings
+	// under way, in all and for the Stacks of one namespace (--git-listings,
+	// --git-listings-per-namespace); zero takes gitresolve's defaults.
+	GitListings, GitListingsPerNamespace int
+	// AgentGitLimits are every agent's --git-idle-timeout and
+	// --git-max-fetch-bytes (their fetches' bounds besides
+	// --prepare-timeout); zero fields leave the agents' defaults.
+	AgentGitLimits gitremote.Limits
 	// GitHubAPIHosts, when set (--github-api-hosts), are the only hosts a
 	// Stack's gitAuth.githubApp.apiURL may name; a Stack naming another is
 	// Stalled before any request is made.
@@ -190,6 +203,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		podOpts := opts.Pod
 		podOpts.SSHKnownHosts = opts.SSHKnownHosts
 		podOpts.PrepareTimeout = opts.WorkspacePrepareTimeout
+		podOpts.GitLimits = opts.AgentGitLimits
 		rt = &workspace.PodRuntime{Client: c, Scheme: mgr.GetScheme(), Options: podOpts, Health: opts.PodHealth, Now: opts.PodClock,
 			PodSecurity: psa, Reader: mgr.GetAPIReader()}
 	case RuntimeLocal:
@@ -198,7 +212,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		}
 		rt = &local.Runtime{Root: opts.LocalRoot, AgentBinary: opts.AgentBinary, PulumiRoot: opts.PulumiRoot,
 			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff, SSHKnownHosts: opts.SSHKnownHosts,
-			PrepareTimeout: opts.WorkspacePrepareTimeout}
+			PrepareTimeout: opts.WorkspacePrepareTimeout, GitLimits: opts.AgentGitLimits}
 	default:
 		return nil, fmt.Errorf("unknown workspace runtime %q: use pod or local", opts.Runtime)
 	}
@@ -220,7 +234,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	if opts.StackResyncOverride > 0 && opts.StackResyncOverride < poll {
 		poll = opts.StackResyncOverride
 	}
-	git := &gitresolve.Shared{TTL: poll}
+	git := &gitresolve.Shared{TTL: poll, Limits: opts.GitListLimits, MaxListings: opts.GitListings, MaxListingsPerNamespace: opts.GitListingsPerNamespace}
 	key := opts.InputsDigestKey
 	if len(key) == 0 {
 		var err error
@@ -230,7 +244,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	}
 	stacks := &controller.StackReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
-		ResyncOverride: opts.StackResyncOverride, Resolve: git.Branch, Git: git, DigestKey: key, SSHKnownHosts: opts.SSHKnownHosts,
+		ResyncOverride: opts.StackResyncOverride, Git: git, DigestKey: key, SSHKnownHosts: opts.SSHKnownHosts,
 		SecretPollInterval: opts.SecretPollInterval, GitHubAPIHosts: opts.GitHubAPIHosts,
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {

@@ -42,6 +42,10 @@ const (
 	// ReconcilingConflictRetryReason: another run held the Pulumi stack's lock
 	// and retryOnUpdateConflict is on: the update is retried with backoff.
 	ReconcilingConflictRetryReason = "RetryingAfterConflict"
+	// ReconcilingResolvingSourceReason: the branch's repository is being
+	// listed (its first listing, off the reconcile workers, within the
+	// operator's --git-timeout); its end wakes the Stack.
+	ReconcilingResolvingSourceReason = "ResolvingSource"
 	// ReconcilingSourceUnreachableReason: the program source could not be
 	// reached (a network error, a timeout, a server error): retried with
 	// backoff, never Stalled.

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
@@ -61,6 +62,9 @@ type Runtime struct {
 	// PrepareTimeout, when positive, is the agents' --prepare-timeout
 	// (else the agent's default).
 	PrepareTimeout time.Duration
+	// GitLimits are the agents' --git-idle-timeout and --git-max-fetch-bytes
+	// (gitremote.Limits.AgentArgs: none where left at the agent's default).
+	GitLimits gitremote.Limits
 
 	mu sync.Mutex
 }
@@ -303,6 +307,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	if r.PrepareTimeout > 0 {
 		args = append(args, "--prepare-timeout="+r.PrepareTimeout.String())
 	}
+	args = append(args, r.GitLimits.AgentArgs()...)
 	extra := map[string]string{}
 	spec := ws.Spec
 	switch {

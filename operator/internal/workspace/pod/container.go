@@ -139,6 +139,7 @@ func agentArgs(ws *autov1alpha1.Workspace, opts Options) ([]string, error) {
 	if opts.PrepareTimeout > 0 {
 		args = append(args, "--prepare-timeout="+opts.PrepareTimeout.String())
 	}
+	args = append(args, opts.GitLimits.AgentArgs()...)
 	return append(args, opts.ExtraArgs...), nil
 }
 

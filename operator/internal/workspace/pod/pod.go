@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 )
 
 // Labels and annotations set on the objects Build returns.
@@ -120,6 +121,9 @@ type Options struct {
 	// PrepareTimeout, when positive, is the agents' --prepare-timeout
 	// (else the agent's default, and the pod template has no such flag).
 	PrepareTimeout time.Duration
+	// GitLimits are the agents' --git-idle-timeout and --git-max-fetch-bytes
+	// (gitremote.Limits.AgentArgs: none where left at the agent's default).
+	GitLimits gitremote.Limits
 }
 
 // AgentAuth is how the operator authenticates to a workspace agent.
