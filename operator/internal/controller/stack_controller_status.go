@@ -134,14 +134,15 @@ func reportStack(rec record.EventRecorder, before, after *pulumiv1.Stack) {
 	// A preview Stack's deletion names what it does not do instead
 	// (DestroySkipped, the reason it keeps while it goes).
 	ready := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReadyCondition)
-	reason := ready.Reason
-	typ := corev1.EventTypeNormal
-	if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition); c != nil {
+	reconciling := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition)
+	typ, reason := corev1.EventTypeNormal, ready.Reason
+	switch {
+	case apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition) != nil:
 		typ = corev1.EventTypeWarning
-	} else if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition); c != nil && warningReasons[c.Reason] {
+	case reconciling != nil && warningReasons[reconciling.Reason]:
 		typ = corev1.EventTypeWarning
-	} else if c != nil && c.Reason == pulumiv1.EventReasonDestroySkipped {
-		reason = c.Reason
+	case reconciling != nil && reconciling.Reason == pulumiv1.EventReasonDestroySkipped:
+		reason = reconciling.Reason
 	}
 	rec.Event(after, typ, reason, ready.Message)
 	if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition); c != nil && c.Reason == pulumiv1.StalledNamespaceTerminatingReason {
