@@ -27,15 +27,20 @@
 // observedGeneration), writes the status once as a merge patch with
 // optimistic locking, and only once the status is stored as computed sends
 // the events and metrics its transitions call for (report: a Stack's Ready
-// change, a Workspace starting or stopping to fail, an Update starting and
+// change, its newly recorded drift check, its deletion that destroys
+// nothing; a Workspace starting or stopping to fail, an Update starting and
 // ending, a Program's new artifact) and runs the kind's follow-up (a Stack
 // releases the Updates its stored status records; a Program prunes older
 // artifacts). A write that loses a race to another writer (409 Conflict) is
 // an expected outcome, requeued after a second and logged at debug level,
-// never an error with a stack trace. Every kind's write is locked, the
-// Update's included: a reconcile from a cache that has not seen the
-// Update's last write (woken by its follower or its Workspace meanwhile)
-// would otherwise record, report and count the run's end twice. The patch's
+// never an error with a stack trace; a write that fails otherwise is counted
+// as transient, never as the outcome it did not store. An event needing a
+// fact the status does not hold gets it put in the status (a drift check's
+// failure, a deletion that destroys nothing), never kept in memory: no step
+// sends events. Every kind's write is locked, the Update's included: a
+// reconcile from a cache that has not seen the Update's last write (woken by
+// its follower or its Workspace meanwhile) would otherwise record, report
+// and count the run's end twice. The patch's
 // base carries the resourceVersion of the reconcile's own last write (its
 // finalizer update), so only another writer's change makes it fail.
 //
@@ -45,7 +50,9 @@
 // Reconciling and Stalled with NotReadyInProgress/NotReadyStalled on Ready;
 // a Workspace has Ready (its reason says what it waits for) and Stalled; an
 // Update keeps PKO's Progressing, Complete and Failed (markNotStarted,
-// markProgressing, markEnded); a Program has none. Ready and Stalled record
+// markProgressing, markEnded) and carries beside them kstatus's Ready,
+// Reconciling and Stalled, derived from PKO's in one place
+// (markUpdateKstatus); a Program has none. Ready and Stalled record
 // the generation they judged in status.observedGeneration, so kstatus reads
 // them for the current spec. Each kind's spelling, finisher and report live
 // in its *_controller_status.go.
@@ -58,6 +65,9 @@
 // Workspace and Update reconcilers (workspace_steps_test.go,
 // update_steps_test.go) against the fake client and an in-process agent
 // over bufconn, asserting kstatus conformance after each step, in a second;
+// per-step tests of the Stack reconciler (stack_steps_test.go) against the
+// fake client with writes that lose races or fail, asserting each event
+// and metric is sent once its status is stored;
 // the Stack controller against a real API server (stack_apiserver_test.go);
 // whole flows in operator/test/e2e.
 //

@@ -28,7 +28,7 @@ const staleRetry = time.Second
 
 var reconcileOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "stackflow_reconcile_outcomes_total",
-	Help: "Reconciles by kind and outcome (ready, waiting, stalled, transient, conflict, stale, gone).",
+	Help: "Reconciles by kind and outcome (ready, waiting, stalled, transient, conflict, stale, gone); a failed status write counts as conflict, transient or gone.",
 }, []string{"kind", "outcome"})
 
 func init() { metrics.Registry.MustRegister(reconcileOutcomes) }
@@ -92,9 +92,10 @@ func (f *finisher[T]) finish(ctx context.Context, base, obj T, outcome error, ho
 			if err == nil {
 				err = client.IgnoreNotFound(perr)
 			}
-			if apierrors.IsConflict(err) {
-				label = "conflict"
-			}
+			// The outcome was not stored: it is counted as what becomes of
+			// the reconcile (a quiet requeue, a returned error, or nothing
+			// for an object gone), never as the outcome it was to record.
+			label = writeFailedLabel(err)
 			return quiet(ctx, ctrl.Result{}, err)
 		}
 	}
@@ -188,6 +189,18 @@ func outcomeLabel(outcome error) string {
 	case errors.As(outcome, &waiting):
 		return "waiting"
 	case apierrors.IsConflict(outcome):
+		return "conflict"
+	}
+	return "transient"
+}
+
+// writeFailedLabel names, for the metric, a reconcile whose status write
+// failed, err being what it returns (nil: the object is gone).
+func writeFailedLabel(err error) string {
+	switch {
+	case err == nil:
+		return "gone"
+	case apierrors.IsConflict(err):
 		return "conflict"
 	}
 	return "transient"

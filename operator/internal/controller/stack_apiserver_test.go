@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -225,5 +226,42 @@ func TestCrossNamespaceKnownHostsStalls(t *testing.T) {
 				return st != nil && st.Reason == pulumiv1.StalledSpecInvalidReason && strings.Contains(st.Message, tc.say), nil
 			})
 		})
+	}
+}
+
+// TestPreviewStackDeletionSaysDestroySkippedOnce: a preview Stack with
+// destroyOnFinalize, deleted, says in its status that it destroys nothing,
+// which sends one DestroySkipped event, then goes — against the real API
+// server, whose status write does not wake the Stack (the deletion looks
+// again by itself) and whose deletion moves the generation on.
+func TestPreviewStackDeletionSaysDestroySkippedOnce(t *testing.T) {
+	events := record.NewFakeRecorder(1000)
+	cp := startStackController(t, func(r *controller.StackReconciler) { r.Recorder = events })
+	c, ctx := cp.Client, context.Background()
+	ns := namespace(t, c)
+	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-preview"}, Spec: pulumiv1.StackSpec{Stack: "dev", Preview: true, DestroyOnFinalize: true,
+		GitSource: &pulumiv1.GitSource{ProjectRepo: "https://git.example.com/acme/app.git", Commit: strings.Repeat("5", 40)}}}
+	if err := c.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, s, time.Minute, "the Stack's finalizer", func() (bool, error) {
+		return len(s.Finalizers) > 0, nil
+	})
+	if err := c.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	substrate.Eventually(t, time.Minute, "the Stack gone", func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(s), &pulumiv1.Stack{})
+		return apierrors.IsNotFound(err), err
+	})
+	// Gone: no reconcile can store a status, so none sends an event now.
+	var skipped []string
+	for len(events.Events) > 0 {
+		if ev := <-events.Events; strings.Contains(ev, pulumiv1.EventReasonDestroySkipped) {
+			skipped = append(skipped, ev)
+		}
+	}
+	if len(skipped) != 1 || !strings.Contains(skipped[0], "deleted without destroying Pulumi stack dev") {
+		t.Fatalf("DestroySkipped events = %q, want one", skipped)
 	}
 }

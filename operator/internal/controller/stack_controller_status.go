@@ -72,14 +72,20 @@ var stackConditions = kstatusConditions{
 var stackStatus = spelling[*pulumiv1.Stack]{
 	ready: func(s *pulumiv1.Stack, _ string) { markStackReady(s) },
 	waiting: func(s *pulumiv1.Stack, reason, msg string) {
-		if !s.DeletionTimestamp.IsZero() && !runningBeforeDestroy(s) {
+		if !s.DeletionTimestamp.IsZero() && !runningBeforeDestroy(s) && reason != pulumiv1.EventReasonDestroySkipped {
 			reason = pulumiv1.ReconcilingDeletingReason
 		}
 		stackConditions.markReconciling(s, reason, msg)
 	},
 	stalled: markStackStalled,
 	transient: func(s *pulumiv1.Stack, err error) {
-		stackConditions.markReconciling(s, pulumiv1.ReconcilingTransientErrorReason, "retrying after an error: "+err.Error())
+		reason, msg := pulumiv1.ReconcilingTransientErrorReason, "retrying after an error: "+err.Error()
+		if skipsDestroy(s) {
+			// The reason stays while the Stack goes (reconcileDelete): it
+			// says the deletion destroys nothing, and its event is sent once.
+			reason, msg = pulumiv1.EventReasonDestroySkipped, destroySkippedMessage(s)+"; "+msg
+		}
+		stackConditions.markReconciling(s, reason, msg)
 	},
 }
 
@@ -108,27 +114,37 @@ func markStackStalled(s *pulumiv1.Stack, reason, msg string) {
 }
 
 // reportStack mirrors a change of the Ready condition (or of the reason
-// behind it) as an event, Warning for stalls and failures, and counts a
-// newly recorded failed update.
+// behind it) as an event, Warning for stalls and failures, reports a newly
+// recorded drift check (reportDriftCheck), and counts a newly recorded
+// failed update. Every event follows from a change of the stored status, so
+// a reconcile that lost its write race, or a retry of one that won, sends
+// none.
 func reportStack(rec record.EventRecorder, before, after *pulumiv1.Stack) {
 	if lu := after.Status.LastUpdate; lu != nil && lu.State == pulumiv1.FailedStackStateMessage &&
 		(before.Status.LastUpdate == nil || before.Status.LastUpdate.Name != lu.Name) {
 		stackFailuresTotal.Inc()
 	}
+	reportDriftCheck(rec, before, after)
 	b := readyKey(before)
 	a := readyKey(after)
 	if a == b || a == "" {
 		return
 	}
 	// The event reason is the Ready reason; the message carries the detail.
+	// A preview Stack's deletion names what it does not do instead
+	// (DestroySkipped, the reason it keeps while it goes).
 	ready := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReadyCondition)
-	typ := corev1.EventTypeNormal
-	if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition); c != nil {
+	reconciling := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition)
+	typ, reason := corev1.EventTypeNormal, ready.Reason
+	switch {
+	case apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition) != nil:
 		typ = corev1.EventTypeWarning
-	} else if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.ReconcilingCondition); c != nil && warningReasons[c.Reason] {
+	case reconciling != nil && warningReasons[reconciling.Reason]:
 		typ = corev1.EventTypeWarning
+	case reconciling != nil && reconciling.Reason == pulumiv1.EventReasonDestroySkipped:
+		reason = reconciling.Reason
 	}
-	rec.Event(after, typ, ready.Reason, ready.Message)
+	rec.Event(after, typ, reason, ready.Message)
 	if c := apimeta.FindStatusCondition(after.Status.Conditions, pulumiv1.StalledCondition); c != nil && c.Reason == pulumiv1.StalledNamespaceTerminatingReason {
 		// A namespace being deleted refuses new Events too: say it on the
 		// Namespace (kubectl describe namespace shows it).

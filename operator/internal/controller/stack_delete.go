@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -27,11 +27,17 @@ func (r *StackReconciler) reconcileDelete(ctx context.Context, sc *stackScope) e
 		return errGone
 	}
 	switch {
-	case s.Spec.DestroyOnFinalize && s.Spec.Preview:
+	case skipsDestroy(s):
 		// A preview Stack often targets the Pulumi stack of a real one
 		// (previewing its promotion): deleting it must not destroy that.
-		r.Recorder.Event(s, corev1.EventTypeNormal, pulumiv1.EventReasonDestroySkipped,
-			fmt.Sprintf("spec.preview is on: deleted without destroying Pulumi stack %s (preview Stacks never destroy; turn preview off before deleting to destroy)", s.Spec.Stack))
+		// Said first in the status (Reconciling, reason DestroySkipped,
+		// kept until the Stack is gone), whose stored change sends the
+		// DestroySkipped event once (reportStack): retries of the deletion
+		// find it said. The status write does not wake the Stack (its watch
+		// passes spec and annotation changes): it looks again at once.
+		if !destroySkipRecorded(s) {
+			return &waitingError{reason: pulumiv1.EventReasonDestroySkipped, msg: destroySkippedMessage(s), requeue: time.Millisecond}
+		}
 	case s.Spec.DestroyOnFinalize && (s.Status.LastUpdate != nil || s.Status.CurrentUpdate != nil):
 		// An update in flight (even the first) may be creating resources:
 		// wait for it, then destroy.
@@ -47,11 +53,27 @@ func (r *StackReconciler) reconcileDelete(ctx context.Context, sc *stackScope) e
 		return err
 	}
 	controllerutil.RemoveFinalizer(s, StackFinalizer)
-	if err := r.Update(ctx, s); err != nil {
-		return client.IgnoreNotFound(err)
+	if err := r.Update(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+		return err
 	}
 	// Gone: no status to write.
 	return errGone
+}
+
+// skipsDestroy: the Stack is deleted with destroyOnFinalize, and destroys
+// nothing since it is a preview Stack.
+func skipsDestroy(s *pulumiv1.Stack) bool {
+	return !s.DeletionTimestamp.IsZero() && s.Spec.DestroyOnFinalize && s.Spec.Preview
+}
+
+// destroySkipRecorded: the stored status says the deletion destroys nothing.
+func destroySkipRecorded(s *pulumiv1.Stack) bool {
+	c := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.ReconcilingCondition)
+	return c != nil && c.Reason == pulumiv1.EventReasonDestroySkipped
+}
+
+func destroySkippedMessage(s *pulumiv1.Stack) string {
+	return fmt.Sprintf("spec.preview is on: deleted without destroying Pulumi stack %s (preview Stacks never destroy; turn preview off before deleting to destroy)", s.Spec.Stack)
 }
 
 // reconcileDestroy runs (and waits for) a destroy update; nil once the

@@ -110,9 +110,11 @@ func recordedEvents(rec *record.FakeRecorder) []string {
 // kstatusConforms fails the test unless kstatus, reading the stored object
 // as Argo CD, Flux and kubectl-style tools do, agrees with its conditions:
 // Failed while Stalled, InProgress while Reconciling or not Ready, Current
-// when Ready (or, for a kind without Ready, such as an Update, always) — and
-// Current only with status.observedGeneration equal to metadata.generation.
-func kstatusConforms(t *testing.T, obj conditioned) {
+// when Ready — and Current only with status.observedGeneration equal to
+// metadata.generation. Ready must be there: every kind with conditions
+// (Workspace, Update, Stack) spells kstatus, or a reader would take the
+// object for Current whatever it does. It returns what kstatus read.
+func kstatusConforms(t *testing.T, obj conditioned) kstatus.Status {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
@@ -123,13 +125,17 @@ func kstatusConforms(t *testing.T, obj conditioned) {
 		t.Fatal(err)
 	}
 	conds := *obj.GetConditions()
+	ready := apimeta.FindStatusCondition(conds, readyCondition)
+	if ready == nil && obj.GetDeletionTimestamp() == nil {
+		t.Fatalf("no Ready condition (kstatus reads %s): %+v", res.Status, conds)
+	}
 	want := kstatus.CurrentStatus
-	switch ready := apimeta.FindStatusCondition(conds, readyCondition); {
+	switch {
 	case obj.GetDeletionTimestamp() != nil:
 		want = kstatus.TerminatingStatus
 	case apimeta.IsStatusConditionTrue(conds, stalledCondition):
 		want = kstatus.FailedStatus
-	case apimeta.IsStatusConditionTrue(conds, reconcilingCondition), ready != nil && ready.Status != metav1.ConditionTrue:
+	case apimeta.IsStatusConditionTrue(conds, reconcilingCondition), ready.Status != metav1.ConditionTrue:
 		want = kstatus.InProgressStatus
 	}
 	if res.Status != want {
@@ -139,6 +145,7 @@ func kstatusConforms(t *testing.T, obj conditioned) {
 	if want == kstatus.CurrentStatus && observed != obj.GetGeneration() {
 		t.Fatalf("kstatus Current with status.observedGeneration %d, generation %d", observed, obj.GetGeneration())
 	}
+	return res.Status
 }
 
 // conditionIs fails the test unless obj's condition typ has status and

@@ -9,18 +9,26 @@ import (
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 )
 
-// An Update keeps PKO's conditions, which are not kstatus's: Progressing
-// while the run goes, Complete once it has ended whatever its result, and
-// Failed when it did not succeed. Its outcomes are spelled on them: waiting
-// is NotStarted (for its workspace) or Progressing (the run goes); up to date
-// is the run's end, recorded by markEnded; an Update never stalls (a run
-// that cannot start ends, and its Stack decides what next). Tools reading
-// kstatus see an Update as Current once the status observed its generation.
+// An Update keeps PKO's conditions: Progressing while the run goes,
+// Complete once it has ended whatever its result, and Failed when it did not
+// succeed. Its outcomes are spelled on them: waiting is NotStarted (for its
+// workspace) or Progressing (the run goes); up to date is the run's end,
+// recorded by markEnded; an Update never stalls as an outcome (a run that
+// cannot start ends, and its Stack decides what next). Beside them, and
+// derived from them in one place (markUpdateKstatus), it carries kstatus's:
+// Reconciling while it waits or runs, Ready once it succeeded, Stalled once it
+// failed (it never runs again), with PKO's reasons and messages; so Argo CD's
+// generic checks, Flux's health checks and kubectl wait read a running Update
+// as in progress, not Current.
+
+// updateConditions spells kstatus on an Update; Ready's reason is PKO's.
+var updateConditions = kstatusConditions{reconciling: true}
 
 // markNotStarted: the Update waits to start.
 func markNotStarted(u *autov1alpha1.Update, msg string) {
 	setCondition(u, autov1alpha1.UpdateConditionTypeProgressing, metav1.ConditionFalse, autov1alpha1.UpdateReasonNotStarted, msg)
 	setCondition(u, autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionFalse, autov1alpha1.UpdateReasonNotStarted, msg)
+	markUpdateKstatus(u)
 	u.Status.ObservedGeneration = u.Generation
 }
 
@@ -28,6 +36,7 @@ func markNotStarted(u *autov1alpha1.Update, msg string) {
 func markProgressing(u *autov1alpha1.Update, msg string) {
 	setCondition(u, autov1alpha1.UpdateConditionTypeProgressing, metav1.ConditionTrue, autov1alpha1.UpdateReasonProgressing, msg)
 	setCondition(u, autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionFalse, autov1alpha1.UpdateReasonProgressing, msg)
+	markUpdateKstatus(u)
 	u.Status.ObservedGeneration = u.Generation
 }
 
@@ -40,12 +49,38 @@ func markEnded(u *autov1alpha1.Update, reason string, failed bool, msg string) {
 	setCondition(u, autov1alpha1.UpdateConditionTypeProgressing, metav1.ConditionFalse, reason, msg)
 	setCondition(u, autov1alpha1.UpdateConditionTypeFailed, f, reason, msg)
 	setCondition(u, autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionTrue, reason, msg)
+	markUpdateKstatus(u)
 	u.Status.ObservedGeneration = u.Generation
 }
 
+// markUpdateKstatus sets an Update's kstatus conditions from PKO's, which
+// stay as PKO writes them: ended, Ready (succeeded) or Stalled (failed);
+// otherwise Reconciling, for Progressing's reason. An Update without PKO's
+// conditions (never reconciled) is left alone.
+func markUpdateKstatus(u *autov1alpha1.Update) {
+	complete := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete)
+	if complete == nil {
+		return
+	}
+	switch {
+	case complete.Status == metav1.ConditionTrue && apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeFailed):
+		updateConditions.markStalled(u, complete.Reason, complete.Message)
+	case complete.Status == metav1.ConditionTrue:
+		updateConditions.markReady(u, complete.Reason, complete.Message)
+	default:
+		c := apimeta.FindStatusCondition(u.Status.Conditions, autov1alpha1.UpdateConditionTypeProgressing)
+		if c == nil {
+			c = complete
+		}
+		updateConditions.markReconciling(u, c.Reason, c.Message)
+	}
+}
+
 // updateStatus writes a reconcile's outcome in an Update's status; a
-// transient error leaves it as it was.
+// transient error leaves it as it was. Up to date (the run ended) adds the
+// kstatus conditions to an Update that ended before they were written.
 var updateStatus = spelling[*autov1alpha1.Update]{
+	ready: func(u *autov1alpha1.Update, _ string) { markUpdateKstatus(u) },
 	waiting: func(u *autov1alpha1.Update, reason, msg string) {
 		if reason == autov1alpha1.UpdateReasonProgressing {
 			markProgressing(u, msg)

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -49,18 +50,31 @@ func TestUpdateSteps(t *testing.T) {
 	e := newStepEnv(t, u)
 	r := newUpdateReconciler(t, e)
 	ctx := context.Background()
+	var read kstatus.Status
 	reconcile := func(step string) time.Duration {
 		t.Helper()
 		res := e.reconcile(t, r, u)
-		kstatusConforms(t, u)
-		t.Logf("%s: requeue %s, %s", step, res.RequeueAfter, conditionsOf(u))
+		read = kstatusConforms(t, u)
+		t.Logf("%s: requeue %s, kstatus %s, %s", step, res.RequeueAfter, read, conditionsOf(u))
 		return res.RequeueAfter
 	}
+	// kstatusIs: kstatus (Argo CD's generic checks, Flux, kubectl wait) read
+	// the Update as want after the last step.
+	kstatusIs := func(step string, want kstatus.Status) {
+		t.Helper()
+		if read != want {
+			t.Fatalf("%s: kstatus reads %s, want %s", step, read, want)
+		}
+	}
 	progressing, complete, failed := autov1alpha1.UpdateConditionTypeProgressing, autov1alpha1.UpdateConditionTypeComplete, autov1alpha1.UpdateConditionTypeFailed
+	ready, reconciling, stalled := autov1alpha1.UpdateConditionTypeReady, autov1alpha1.UpdateConditionTypeReconciling, autov1alpha1.UpdateConditionTypeStalled
 	notStarted := func(step string) {
 		t.Helper()
 		conditionIs(t, u, progressing, metav1.ConditionFalse, autov1alpha1.UpdateReasonNotStarted)
 		conditionIs(t, u, complete, metav1.ConditionFalse, autov1alpha1.UpdateReasonNotStarted)
+		conditionIs(t, u, ready, metav1.ConditionFalse, autov1alpha1.UpdateReasonNotStarted)
+		conditionIs(t, u, reconciling, metav1.ConditionTrue, autov1alpha1.UpdateReasonNotStarted)
+		kstatusIs(step, kstatus.InProgressStatus)
 		if ev := e.drainEvents(); len(ev) != 0 {
 			t.Fatalf("%s: events %q", step, ev)
 		}
@@ -108,6 +122,9 @@ func TestUpdateSteps(t *testing.T) {
 	}
 	conditionIs(t, u, progressing, metav1.ConditionTrue, autov1alpha1.UpdateReasonProgressing)
 	conditionIs(t, u, complete, metav1.ConditionFalse, autov1alpha1.UpdateReasonProgressing)
+	conditionIs(t, u, ready, metav1.ConditionFalse, autov1alpha1.UpdateReasonProgressing)
+	conditionIs(t, u, reconciling, metav1.ConditionTrue, autov1alpha1.UpdateReasonProgressing)
+	kstatusIs("started", kstatus.InProgressStatus)
 	if ev := e.drainEvents(); len(ev) != 1 || ev[0] != "Normal Progressing up of stack dev running in workspace app" {
 		t.Fatalf("events = %q", ev)
 	}
@@ -132,6 +149,7 @@ func TestUpdateSteps(t *testing.T) {
 	// Woken while it runs: nothing changes, nothing is reported.
 	rv := u.ResourceVersion
 	reconcile("still running")
+	kstatusIs("still running", kstatus.InProgressStatus)
 	if u.ResourceVersion != rv {
 		t.Fatal("the status was rewritten while nothing changed")
 	}
@@ -161,6 +179,10 @@ func TestUpdateSteps(t *testing.T) {
 	conditionIs(t, u, complete, metav1.ConditionTrue, autov1alpha1.UpdateReasonSucceeded)
 	conditionIs(t, u, failed, metav1.ConditionFalse, autov1alpha1.UpdateReasonSucceeded)
 	conditionIs(t, u, progressing, metav1.ConditionFalse, autov1alpha1.UpdateReasonSucceeded)
+	conditionIs(t, u, ready, metav1.ConditionTrue, autov1alpha1.UpdateReasonSucceeded)
+	conditionIs(t, u, reconciling, "", "")
+	conditionIs(t, u, stalled, "", "")
+	kstatusIs("ended", kstatus.CurrentStatus)
 	if u.Status.Message != "removed a stale lock; update succeeded" || u.Status.Changes["create"] != 1 || len(u.Status.Resources) != 1 ||
 		!u.Status.EndTime.Time.Equal(end) || u.Status.Outputs != "app-1-stack-outputs" {
 		t.Fatalf("status = %+v", u.Status)
@@ -207,9 +229,13 @@ func TestUpdateAbortedWhenItsWorkspaceGoes(t *testing.T) {
 	e := newStepEnv(t, u)
 	r := newUpdateReconciler(t, e)
 	res := e.reconcile(t, r, u)
-	kstatusConforms(t, u)
+	if got := kstatusConforms(t, u); got != kstatus.FailedStatus {
+		t.Fatalf("kstatus reads %s, want %s", got, kstatus.FailedStatus)
+	}
 	conditionIs(t, u, autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionTrue, autov1alpha1.UpdateReasonAborted)
 	conditionIs(t, u, autov1alpha1.UpdateConditionTypeFailed, metav1.ConditionTrue, autov1alpha1.UpdateReasonAborted)
+	conditionIs(t, u, autov1alpha1.UpdateConditionTypeStalled, metav1.ConditionTrue, autov1alpha1.UpdateReasonAborted)
+	conditionIs(t, u, autov1alpha1.UpdateConditionTypeReady, metav1.ConditionFalse, autov1alpha1.UpdateReasonAborted)
 	if res.RequeueAfter != DefaultUpdateTTL {
 		t.Fatalf("requeue %s, want the TTL", res.RequeueAfter)
 	}
@@ -257,4 +283,75 @@ func TestUpdateLostRaceReportsNothing(t *testing.T) {
 	if c := findCondition(&stored, autov1alpha1.UpdateConditionTypeComplete); c == nil || c.Status != metav1.ConditionFalse {
 		t.Fatalf("the stale copy's status was written: %+v", stored.Status.Conditions)
 	}
+}
+
+// TestUpdateKstatus: an Update spells kstatus beside PKO's conditions, which
+// stay as PKO writes them: kstatus reads it InProgress while it waits or
+// runs, Current once it succeeded, Failed once it failed — whatever the
+// failure. An Update that ended before the kstatus conditions were written
+// (an older operator) gets them when it is next reconciled.
+func TestUpdateKstatus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mark func(u *autov1alpha1.Update)
+		want kstatus.Status
+		// ready is Ready's status; reconciling and stalled whether they are
+		// there (True); reason the reason all three carry.
+		ready                metav1.ConditionStatus
+		reconciling, stalled bool
+		reason               string
+	}{
+		{"waiting for its workspace", func(u *autov1alpha1.Update) { markNotStarted(u, "waiting for workspace app to exist") },
+			kstatus.InProgressStatus, metav1.ConditionFalse, true, false, autov1alpha1.UpdateReasonNotStarted},
+		{"running", func(u *autov1alpha1.Update) { markProgressing(u, runningMessage(u)) },
+			kstatus.InProgressStatus, metav1.ConditionFalse, true, false, autov1alpha1.UpdateReasonProgressing},
+		{"succeeded", func(u *autov1alpha1.Update) {
+			markEnded(u, autov1alpha1.UpdateReasonSucceeded, false, "update succeeded")
+		},
+			kstatus.CurrentStatus, metav1.ConditionTrue, false, false, autov1alpha1.UpdateReasonSucceeded},
+		{"failed", func(u *autov1alpha1.Update) { markEnded(u, autov1alpha1.UpdateReasonFailed, true, "exit status 1") },
+			kstatus.FailedStatus, metav1.ConditionFalse, false, true, autov1alpha1.UpdateReasonFailed},
+		{"met another run's lock", func(u *autov1alpha1.Update) { markEnded(u, autov1alpha1.UpdateReasonConflict, true, "locked") },
+			kstatus.FailedStatus, metav1.ConditionFalse, false, true, autov1alpha1.UpdateReasonConflict},
+		{"running, then succeeded", func(u *autov1alpha1.Update) {
+			markProgressing(u, runningMessage(u))
+			markEnded(u, autov1alpha1.UpdateReasonSucceeded, false, "update succeeded")
+		}, kstatus.CurrentStatus, metav1.ConditionTrue, false, false, autov1alpha1.UpdateReasonSucceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := stepUpdate()
+			tc.mark(u)
+			if got := kstatusConforms(t, u); got != tc.want {
+				t.Fatalf("kstatus reads %s, want %s", got, tc.want)
+			}
+			conditionIs(t, u, autov1alpha1.UpdateConditionTypeReady, tc.ready, tc.reason)
+			for typ, there := range map[string]bool{autov1alpha1.UpdateConditionTypeReconciling: tc.reconciling, autov1alpha1.UpdateConditionTypeStalled: tc.stalled} {
+				if there {
+					conditionIs(t, u, typ, metav1.ConditionTrue, tc.reason)
+				} else {
+					conditionIs(t, u, typ, "", "")
+				}
+			}
+		})
+	}
+
+	t.Run("ended before the kstatus conditions", func(t *testing.T) {
+		u := stepUpdate()
+		u.Status.EndTime = metav1.NewTime(time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC))
+		for _, c := range []struct {
+			typ    string
+			status metav1.ConditionStatus
+		}{{autov1alpha1.UpdateConditionTypeProgressing, metav1.ConditionFalse}, {autov1alpha1.UpdateConditionTypeFailed, metav1.ConditionTrue}, {autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionTrue}} {
+			setCondition(u, c.typ, c.status, autov1alpha1.UpdateReasonFailed, "exit status 1")
+		}
+		u.Status.ObservedGeneration = 1
+		e := newStepEnv(t, u)
+		e.reconcile(t, newUpdateReconciler(t, e), u)
+		if got := kstatusConforms(t, u); got != kstatus.FailedStatus {
+			t.Fatalf("kstatus reads %s, want %s", got, kstatus.FailedStatus)
+		}
+		if ev := e.drainEvents(); len(ev) != 0 {
+			t.Fatalf("the run's end was reported again: %q", ev)
+		}
+	})
 }

@@ -18,7 +18,11 @@ const (
 	RefreshType UpdateType = "refresh"
 )
 
-// Update condition types.
+// Update condition types: PKO's Progressing, Complete and Failed, and beside
+// them kstatus's Ready, Reconciling and Stalled (Ready always present,
+// Reconciling and Stalled only while True), so kstatus readers (Argo CD,
+// Flux, kubectl wait --for=condition=Ready) see a running Update in progress
+// and a failed one failed. Both sets carry the same reasons.
 const (
 	// UpdateConditionTypeProgressing is True while the operation runs.
 	UpdateConditionTypeProgressing = "Progressing"
@@ -27,6 +31,15 @@ const (
 	UpdateConditionTypeComplete = "Complete"
 	// UpdateConditionTypeFailed is True when the operation ended unsuccessfully.
 	UpdateConditionTypeFailed = "Failed"
+	// UpdateConditionTypeReady is True once the operation has succeeded; False,
+	// with the reason, while it waits, runs, or after it failed.
+	UpdateConditionTypeReady = "Ready"
+	// UpdateConditionTypeReconciling is True while the operation waits to
+	// start (NotStarted) or runs (Progressing).
+	UpdateConditionTypeReconciling = "Reconciling"
+	// UpdateConditionTypeStalled is True once the operation has ended
+	// unsuccessfully (an Update runs once; its Stack decides what next).
+	UpdateConditionTypeStalled = "Stalled"
 )
 
 // Update condition reasons.
@@ -157,7 +170,9 @@ type UpdateStatus struct {
 	Resources []string `json:"resources,omitempty"`
 
 	// conditions describe the update: Progressing while it runs, then Complete,
-	// and Failed when it did not succeed.
+	// and Failed when it did not succeed (PKO's); and for kstatus, Ready
+	// (True once it succeeded), Reconciling while it waits or runs, and
+	// Stalled once it failed.
 	// +optional
 	// +patchMergeKey=type
 	// +patchStrategy=merge

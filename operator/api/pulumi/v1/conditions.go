@@ -58,11 +58,13 @@ const (
 // Event reasons that are not Ready reasons.
 const (
 	// EventReasonDestroySkipped: a preview-mode Stack with destroyOnFinalize
-	// was deleted without destroying anything.
+	// was deleted without destroying anything. It is also the Stack's
+	// Reconciling reason while it goes, which sends the event once.
 	EventReasonDestroySkipped = "DestroySkipped"
 	// EventReasonDriftDetected: a drift check found changes.
 	EventReasonDriftDetected = "DriftDetected"
-	// EventReasonDriftCheckFailed: a drift check could not run to the end.
+	// EventReasonDriftCheckFailed: a drift check could not run to the end
+	// (status.driftCheck.failure says why).
 	EventReasonDriftCheckFailed = "DriftCheckFailed"
 )
 

@@ -225,9 +225,15 @@ type DriftCheck struct {
 	// lastCheckTime is when the last check finished.
 	// +optional
 	LastCheckTime metav1.Time `json:"lastCheckTime,omitempty"`
-	// changes counts the resources that differ, by operation.
+	// changes counts the resources that differ, by operation, as the last
+	// check that ran to the end found them.
 	// +optional
 	Changes map[string]int64 `json:"changes,omitempty"`
+	// failure says why the last check did not run to the end (its Update's
+	// message, else its reason); empty when it did. Its DriftCheckFailed
+	// event is sent once this record is stored.
+	// +optional
+	Failure string `json:"failure,omitempty"`
 	// remediationPending is set when a check found drift and
 	// spec.driftDetection.remediate is on: the next update is an up with
 	// refresh. Cleared when that up starts.
