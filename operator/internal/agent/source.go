@@ -232,7 +232,8 @@ func fetchGit(ctx context.Context, src Source, root string) (Fetched, error) {
 // isSourceRefused: the remote answered that the repository does not exist or
 // refused the credentials (as opposed to a network failure).
 func isSourceRefused(err error) bool {
-	return isAuthError(err) || gitauth.IsPermanent(err) || errors.Is(err, transport.ErrRepositoryNotFound) || errors.Is(err, transport.ErrEmptyRemoteRepository)
+	return isAuthError(err) || gitauth.IsPermanent(err) || errors.Is(err, transport.ErrRepositoryNotFound) || errors.Is(err, transport.ErrEmptyRemoteRepository) ||
+		errors.Is(err, gitremote.ErrInvalidURL) || errors.Is(err, gitremote.ErrUnsupportedScheme)
 }
 
 // isLimit: the server ran into a limit (gitremote.LimitError) or the

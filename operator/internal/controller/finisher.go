@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/stackflow-io/stackflow/internal/redact"
 )
 
 // conflictRetry is when a reconcile that lost a write race runs again. The
@@ -161,6 +163,12 @@ func (f *finisher[T]) summarize(obj T, outcome error) (ctrl.Result, error) {
 // in memory, so running it again decides from the stored state. An error
 // otherwise clears the result: controller-runtime ignores (and warns about)
 // a result beside an error, whose backoff decides the retry.
+//
+// A reconcile cut short by the operator stopping (its context ended) is not
+// an error either: its requests fail with "context canceled", and the next
+// leader reconciles again from the stored state. An error returned is
+// logged by controller-runtime: its text has the user info of URLs masked
+// (a Stack's projectRepo may carry a token), as conditions do.
 func quiet(ctx context.Context, result ctrl.Result, err error) (ctrl.Result, error) {
 	switch {
 	case err == nil:
@@ -168,9 +176,18 @@ func quiet(ctx context.Context, result ctrl.Result, err error) (ctrl.Result, err
 	case apierrors.IsConflict(err):
 		log.FromContext(ctx).V(1).Info("Lost a write race to another writer; reconciling again on the stored object", "error", err.Error())
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	case ctx.Err() != nil:
+		log.FromContext(ctx).V(1).Info("Stopped by the operator's shutdown", "error", redact.URLCredentials(err.Error()))
+		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, err
+	return ctrl.Result{}, maskedError{err}
 }
+
+// maskedError is an error whose text has the user info of URLs masked.
+type maskedError struct{ err error }
+
+func (e maskedError) Error() string { return redact.URLCredentials(e.err.Error()) }
+func (e maskedError) Unwrap() error { return e.err }
 
 // outcomeLabel names an outcome for the metric.
 func outcomeLabel(outcome error) string {

@@ -69,13 +69,16 @@ func dialHTTP(ctx context.Context, network, addr string) (net.Conn, error) {
 // ErrUnsupportedScheme: the URL's scheme is not one this package can bound.
 var ErrUnsupportedScheme = errors.New("unsupported git URL scheme")
 
+// ErrInvalidURL: the repository URL does not parse.
+var ErrInvalidURL = errors.New("invalid git URL")
+
 // endpoint parses a repository URL (scheme://…, scp-like user@host:path or
 // a local path) and refuses the schemes that cannot be bounded. Errors never
 // repeat the URL (its user info may be a credential).
 func endpoint(raw string) (*transport.Endpoint, error) {
 	ep, err := transport.NewEndpoint(raw)
 	if err != nil {
-		return nil, fmt.Errorf("invalid git URL: give https://host/path, ssh://[user@]host[:port]/path, user@host:path or file:///path")
+		return nil, fmt.Errorf("%w: give https://host/path, ssh://[user@]host[:port]/path, user@host:path or file:///path", ErrInvalidURL)
 	}
 	switch ep.Protocol {
 	case "http", "https", "ssh", "file":

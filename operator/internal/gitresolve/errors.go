@@ -8,6 +8,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
+	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 )
 
 // UnavailableError: the repository or branch does not exist, or access to it
@@ -62,7 +63,7 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if gitauth.IsPermanent(err) {
+	if gitauth.IsPermanent(err) || errors.Is(err, gitremote.ErrInvalidURL) || errors.Is(err, gitremote.ErrUnsupportedScheme) {
 		return &UnavailableError{Err: err}
 	}
 	for _, permanent := range []error{transport.ErrRepositoryNotFound, transport.ErrAuthenticationRequired,
