@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -48,9 +47,11 @@ type Cloud interface {
 
 // Guard decides whether the caller of r may read a Stack, or a non-resource
 // path. An error that says its own answer (an httperror.Answerer, as
-// kubeauth's errors do) is answered with its status, reason and message; any
-// other error with 500 InternalError. A 5xx answer carries a fixed message
-// and a request ID, the error itself goes to the log under that ID.
+// kubeauth's errors do) is answered with its status, reason and message; one
+// that has only an HTTPStatus method with that status (401, 403, 503) and,
+// below 500, its text; any other error with 500 InternalError. A 5xx answer
+// never carries the error's text: it has a fixed message and a request ID,
+// the error goes to the log under that ID (httperror.Error).
 type Guard interface {
 	Stack(r *http.Request, namespace, name string) error
 	Path(r *http.Request, path string) error
@@ -261,8 +262,7 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request, err error) int {
 	if err == nil {
 		return 0
 	}
-	var a httperror.Answerer
-	if errors.As(err, &a) && a.HTTPStatus() == http.StatusUnauthorized {
+	if httperror.Status(err) == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", challenge)
 	}
 	return httperror.Error(w, r, s.o.Log.WithValues("check", "access"), err)

@@ -65,15 +65,11 @@ func (s *source) Update(context.Context, types.NamespacedName) *autov1alpha1.Upd
 func (s *source) Watch(key types.NamespacedName) (<-chan struct{}, func())          { return s.n.Watch(key) }
 func (s *source) Synced() bool                                                      { return s.synced }
 
-// denied is an error that says its own answer, as kubeauth's do.
+// denied is an error that says only its status.
 type denied struct{ code int }
 
 func (d denied) Error() string   { return "caller \"bob\" cannot get stacks.pulumi.com" }
 func (d denied) HTTPStatus() int { return d.code }
-func (d denied) Message() string { return d.Error() }
-func (d denied) Reason() string {
-	return map[int]string{401: "Unauthorized", 403: "Forbidden", 503: "ServiceUnavailable"}[d.code]
-}
 
 type guard struct{ err error }
 
@@ -196,6 +192,11 @@ func TestGuardErrors(t *testing.T) {
 		code, body := get(t, srv.URL+"/v1/namespaces/dev/stacks/web/verification?commit="+sha)
 		if code != tt.code || body["reason"] != tt.reason || body["phase"] != nil {
 			t.Errorf("%v: %d %v", tt.err, code, body)
+		}
+		// A 4xx quotes the refusal; a 5xx never quotes an error.
+		msg, _ := body["message"].(string)
+		if quoted := strings.Contains(msg, tt.err.Error()); quoted != (tt.code < 500) {
+			t.Errorf("%v: message %q", tt.err, msg)
 		}
 	}
 }

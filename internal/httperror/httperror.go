@@ -79,28 +79,77 @@ func Fail(w http.ResponseWriter, r *http.Request, log logr.Logger, code int, rea
 // Answerer is an error that says its own answer: kubeauth's errors are.
 // Message is what the caller may read; Error is for the log.
 type Answerer interface {
-	error
-	HTTPStatus() int
+	StatusCoder
 	Reason() string
 	Message() string
 }
 
-// Error answers err and returns the status: an Answerer in its chain with
-// its status, reason and message (logged with Fail when the status is 5xx);
-// any other error 500 InternalError with a fixed message, err logged.
+// StatusCoder is an error that says its HTTP status.
+type StatusCoder interface {
+	error
+	HTTPStatus() int
+}
+
+// Status is the status Error answers err with: the HTTPStatus of the first
+// StatusCoder in its chain, otherwise 500.
+func Status(err error) int {
+	var sc StatusCoder
+	if errors.As(err, &sc) {
+		return sc.HTTPStatus()
+	}
+	return http.StatusInternalServerError
+}
+
+// Error answers err and returns the status. An Answerer in its chain is
+// answered with its status, reason and message; an error that says only its
+// status (a StatusCoder) with that status, the reason of the status and, for
+// a 4xx, its own text (a refusal it means the caller to read). Any other
+// error is 500 InternalError. Every 5xx is answered through Fail: its error
+// is logged, and an error that is not an Answerer is answered in fixed words.
 func Error(w http.ResponseWriter, r *http.Request, log logr.Logger, err error) int {
 	var a Answerer
-	if !errors.As(err, &a) {
-		Fail(w, r, log, http.StatusInternalServerError, InternalError, "internal error; the server's log has the detail under the request ID", err)
-		return http.StatusInternalServerError
+	if errors.As(err, &a) {
+		code := a.HTTPStatus()
+		if code >= 500 {
+			Fail(w, r, log, code, Reason(a.Reason()), a.Message(), err)
+		} else {
+			Write(w, code, Reason(a.Reason()), a.Message())
+		}
+		return code
 	}
-	code := a.HTTPStatus()
-	if code >= 500 {
-		Fail(w, r, log, code, Reason(a.Reason()), a.Message(), err)
-	} else {
-		Write(w, code, Reason(a.Reason()), a.Message())
+	code := Status(err)
+	if code < 500 {
+		Write(w, code, reasonOf(code), err.Error())
+		return code
 	}
+	Fail(w, r, log, code, reasonOf(code), "internal error; the server's log has the detail under the request ID", err)
 	return code
+}
+
+// reasonOf is the Reason of a status an error gave without one.
+func reasonOf(code int) Reason {
+	switch code {
+	case http.StatusBadRequest:
+		return BadRequest
+	case http.StatusUnauthorized:
+		return Unauthorized
+	case http.StatusForbidden:
+		return Forbidden
+	case http.StatusNotFound:
+		return NotFound
+	case http.StatusMethodNotAllowed:
+		return MethodNotAllowed
+	case http.StatusRequestEntityTooLarge:
+		return RequestTooLarge
+	case http.StatusTooManyRequests:
+		return TooManyRequests
+	case http.StatusServiceUnavailable:
+		return ServiceUnavailable
+	}
+	if code < 500 {
+		return BadRequest
+	}
+	return InternalError
 }
 
 func write(w http.ResponseWriter, b Body) {

@@ -61,6 +61,15 @@ func (a answer) HTTPStatus() int { return a.code }
 func (a answer) Reason() string  { return a.reason }
 func (a answer) Message() string { return "fixed words for " + a.reason }
 
+// status is an error that says only its status.
+type status struct {
+	code int
+	text string
+}
+
+func (s status) Error() string   { return s.text }
+func (s status) HTTPStatus() int { return s.code }
+
 func TestWrite(t *testing.T) {
 	for _, tt := range []struct {
 		name, msg, want string
@@ -116,6 +125,8 @@ func TestError(t *testing.T) {
 	}{
 		{"a 401 says its message", answer{401, "Unauthorized", detail}, 401, Unauthorized, "fixed words for Unauthorized", false},
 		{"a 503 says its message, logs the error", fmt.Errorf("check: %w", answer{503, "ServiceUnavailable", detail}), 503, ServiceUnavailable, "fixed words for ServiceUnavailable", true},
+		{"a 403 that says only its status quotes itself", status{403, "caller bob cannot get stacks.pulumi.com"}, 403, Forbidden, "caller bob cannot get stacks.pulumi.com", false},
+		{"a 503 that says only its status does not", status{503, detail}, 503, ServiceUnavailable, "internal error; the server's log has the detail under the request ID", true},
 		{"any other error is a 500", errors.New(detail), 500, InternalError, "internal error; the server's log has the detail under the request ID", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
