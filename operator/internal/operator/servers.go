@@ -90,26 +90,18 @@ func AddProbeServer(mgr ctrl.Manager, addr string, ready map[string]healthz.Chec
 // its error logged.
 func probeHandler(ready map[string]healthz.Checker, log logr.Logger) http.Handler {
 	mux := http.NewServeMux()
-	checks := make(map[string]healthz.Checker, len(ready))
-	for name, check := range ready {
-		checks[name] = func(r *http.Request) error {
-			if err := check(r); err != nil {
-				return &notReady{check: name, err: err}
-			}
-			return nil
-		}
-	}
 	readyz := &healthz.Handler{Checks: ready}
 	healthzH := &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}
 	mux.Handle("/readyz", http.StripPrefix("/readyz", readyz))
 	mux.Handle("/readyz/", http.StripPrefix("/readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		check, ok := checks[strings.TrimPrefix(path.Clean(r.URL.Path), "/")]
+		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
+		check, ok := ready[name]
 		if !ok {
 			readyz.ServeHTTP(w, r) // /readyz/ itself, or 404
 			return
 		}
 		if err := check(r); err != nil {
-			httperror.Error(w, r, log, err)
+			httperror.Error(w, r, log, &notReady{check: name, err: err})
 			return
 		}
 		_, _ = io.WriteString(w, "ok")
