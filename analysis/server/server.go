@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/internal/httperror"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
@@ -46,8 +46,12 @@ type Cloud interface {
 }
 
 // Guard decides whether the caller of r may read a Stack, or a non-resource
-// path. An error that has an HTTPStatus method is answered with that status
-// (401, 403, 503); any other error with 500.
+// path. An error that says its own answer (an httperror.Answerer, as
+// kubeauth's errors do) is answered with its status, reason and message; one
+// that has only an HTTPStatus method with that status (401, 403, 503) and,
+// below 500, its text; any other error with 500 InternalError. A 5xx answer
+// never carries the error's text: it has a fixed message and a request ID,
+// the error goes to the log under that ID (httperror.Error).
 type Guard interface {
 	Stack(r *http.Request, namespace, name string) error
 	Path(r *http.Request, path string) error
@@ -94,7 +98,7 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("/", s.instrument("other", func(w http.ResponseWriter, r *http.Request) (verification.Phase, int) {
-		return "", s.fail(w, r, http.StatusNotFound, "NotFound", "no such route: use GET /v1/namespaces/{namespace}/stacks/{name}/verification?commit=<sha>&operation=up|preview (see analysis/README.md)")
+		return "", s.fail(w, r, http.StatusNotFound, httperror.NotFound, "no such route: use GET /v1/namespaces/{namespace}/stacks/{name}/verification?commit=<sha>&operation=up|preview (see analysis/README.md)")
 	}))
 	return s
 }
@@ -102,13 +106,13 @@ func New(o Options) *Server {
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > MaxRequestBytes {
-		s.fail(w, r, http.StatusRequestEntityTooLarge, "RequestTooLarge", "the API takes no request body")
+		s.fail(w, r, http.StatusRequestEntityTooLarge, httperror.RequestTooLarge, "the API takes no request body")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET")
-		s.fail(w, r, http.StatusMethodNotAllowed, "MethodNotAllowed", fmt.Sprintf("method %s is not allowed: the API is read-only, use GET", r.Method))
+		s.fail(w, r, http.StatusMethodNotAllowed, httperror.MethodNotAllowed, fmt.Sprintf("method %s is not allowed: the API is read-only, use GET", r.Method))
 		return
 	}
 	s.mux.ServeHTTP(w, r)
@@ -116,7 +120,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if s.o.Stacks != nil && !s.o.Stacks.Synced() {
-		http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+		httperror.Write(w, http.StatusServiceUnavailable, httperror.ServiceUnavailable, "the Stack and Update caches have not synced yet")
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
@@ -140,7 +144,7 @@ func (s *Server) verification(w http.ResponseWriter, r *http.Request) (verificat
 	}
 	q, err := verification.ParseQuery(r.URL.Query())
 	if err != nil {
-		return "", s.fail(w, r, http.StatusBadRequest, "BadRequest", err.Error())
+		return "", s.fail(w, r, http.StatusBadRequest, httperror.BadRequest, err.Error())
 	}
 	if code := s.guard(w, r, s.o.Guard.Stack(r, key.Namespace, key.Name)); code != 0 {
 		return "", code
@@ -158,7 +162,7 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) (verification.P
 		return "", http.StatusBadRequest
 	}
 	if len(r.URL.Query()) > 0 {
-		return "", s.fail(w, r, http.StatusBadRequest, "BadRequest", "this route takes no query parameters; to verify a commit use …/verification?commit=<sha>")
+		return "", s.fail(w, r, http.StatusBadRequest, httperror.BadRequest, "this route takes no query parameters; to verify a commit use …/verification?commit=<sha>")
 	}
 	if code := s.guard(w, r, s.o.Guard.Stack(r, key.Namespace, key.Name)); code != 0 {
 		return "", code
@@ -169,17 +173,17 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) (verification.P
 
 func (s *Server) cloudVerification(w http.ResponseWriter, r *http.Request) (verification.Phase, int) {
 	if s.o.Cloud == nil {
-		return "", s.fail(w, r, http.StatusNotFound, "NotFound", "Pulumi Cloud verification is off: start stackflow-analysis with --pulumi-cloud-token-secret=<namespace>/<name>")
+		return "", s.fail(w, r, http.StatusNotFound, httperror.NotFound, "Pulumi Cloud verification is off: start stackflow-analysis with --pulumi-cloud-token-secret=<namespace>/<name>")
 	}
 	org, project, stack := r.PathValue("org"), r.PathValue("project"), r.PathValue("stack")
 	for _, n := range []string{org, project, stack} {
 		if !s.o.Cloud.ValidName(n) {
-			return "", s.fail(w, r, http.StatusBadRequest, "BadRequest", fmt.Sprintf("%q is not a valid Pulumi organization, project or stack name", truncate(n, 100)))
+			return "", s.fail(w, r, http.StatusBadRequest, httperror.BadRequest, fmt.Sprintf("%q is not a valid Pulumi organization, project or stack name", truncate(n, 100)))
 		}
 	}
 	q, err := verification.ParseQuery(r.URL.Query())
 	if err != nil {
-		return "", s.fail(w, r, http.StatusBadRequest, "BadRequest", err.Error())
+		return "", s.fail(w, r, http.StatusBadRequest, httperror.BadRequest, err.Error())
 	}
 	if code := s.guard(w, r, s.o.Guard.Path(r, r.URL.Path)); code != 0 {
 		return "", code
@@ -243,60 +247,38 @@ func (s *Server) input(ctx context.Context, key types.NamespacedName, q verifica
 func (s *Server) stackKey(w http.ResponseWriter, r *http.Request) (types.NamespacedName, bool) {
 	key := types.NamespacedName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
 	if errs := validation.IsDNS1123Label(key.Namespace); len(errs) > 0 {
-		s.fail(w, r, http.StatusBadRequest, "BadRequest", fmt.Sprintf("namespace %q is invalid: %s", truncate(key.Namespace, 100), errs[0]))
+		s.fail(w, r, http.StatusBadRequest, httperror.BadRequest, fmt.Sprintf("namespace %q is invalid: %s", truncate(key.Namespace, 100), errs[0]))
 		return key, false
 	}
 	if errs := validation.IsDNS1123Subdomain(key.Name); len(errs) > 0 {
-		s.fail(w, r, http.StatusBadRequest, "BadRequest", fmt.Sprintf("stack name %q is invalid: %s", truncate(key.Name, 100), errs[0]))
+		s.fail(w, r, http.StatusBadRequest, httperror.BadRequest, fmt.Sprintf("stack name %q is invalid: %s", truncate(key.Name, 100), errs[0]))
 		return key, false
 	}
 	return key, true
 }
 
-// statusError is an error that knows its HTTP status (the Guard's errors).
-type statusError interface {
-	error
-	HTTPStatus() int
-}
-
-// guard answers a Guard error; 0 when access is allowed.
+// guard answers a Guard error (see Guard); 0 when access is allowed.
 func (s *Server) guard(w http.ResponseWriter, r *http.Request, err error) int {
 	if err == nil {
 		return 0
 	}
-	code := http.StatusInternalServerError
-	var se statusError
-	if errors.As(err, &se) {
-		code = se.HTTPStatus()
+	if httperror.Status(err) == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", challenge)
 	}
-	if code >= 500 {
-		s.o.Log.Error(err, "Checking access failed", "path", r.URL.Path)
-	}
-	return s.fail(w, r, code, reasonFor(code), err.Error())
+	return httperror.Error(w, r, s.o.Log.WithValues("check", "access"), err)
 }
 
-func reasonFor(code int) string {
-	switch code {
-	case http.StatusUnauthorized:
-		return "Unauthorized"
-	case http.StatusForbidden:
-		return "Forbidden"
-	case http.StatusServiceUnavailable:
-		return "ServiceUnavailable"
-	}
-	return "InternalError"
-}
+// challenge is the WWW-Authenticate header of a 401 (RFC 6750).
+const challenge = `Bearer realm="stackflow-analysis"`
 
 func (s *Server) reply(w http.ResponseWriter, res verification.Result) int {
 	writeJSON(w, http.StatusOK, res)
 	return http.StatusOK
 }
 
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, reason, msg string) int {
-	if code == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="stackflow-analysis"`)
-	}
-	writeJSON(w, code, verification.Error{Code: code, Reason: reason, Message: msg})
+// fail answers a request the caller got wrong, in the service's own words.
+func (s *Server) fail(w http.ResponseWriter, _ *http.Request, code int, reason httperror.Reason, msg string) int {
+	httperror.Write(w, code, reason, msg)
 	return code
 }
 

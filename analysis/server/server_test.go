@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,16 +13,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/stackflow-io/stackflow/analysis/stackcache"
 	"github.com/stackflow-io/stackflow/analysis/verification"
+	"github.com/stackflow-io/stackflow/internal/kubeauth"
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/test/framework/leaks"
 )
 
 const sha = "0123456789abcdef0123456789abcdef01234567"
@@ -58,6 +65,7 @@ func (s *source) Update(context.Context, types.NamespacedName) *autov1alpha1.Upd
 func (s *source) Watch(key types.NamespacedName) (<-chan struct{}, func())          { return s.n.Watch(key) }
 func (s *source) Synced() bool                                                      { return s.synced }
 
+// denied is an error that says only its status.
 type denied struct{ code int }
 
 func (d denied) Error() string   { return "caller \"bob\" cannot get stacks.pulumi.com" }
@@ -185,7 +193,94 @@ func TestGuardErrors(t *testing.T) {
 		if code != tt.code || body["reason"] != tt.reason || body["phase"] != nil {
 			t.Errorf("%v: %d %v", tt.err, code, body)
 		}
+		// A 4xx quotes the refusal; a 5xx never quotes an error.
+		msg, _ := body["message"].(string)
+		if quoted := strings.Contains(msg, tt.err.Error()); quoted != (tt.code < 500) {
+			t.Errorf("%v: message %q", tt.err, msg)
+		}
 	}
+}
+
+// TestGuardFailureDetailOnlyInLog: when the TokenReview cannot be made (the
+// API server's address refuses connections; its URL carries user info), the
+// 503 says so in the service's own words with a request ID, and nothing of
+// client-go's text: neither the API server's address, nor the user, nor the
+// review's resource. The log has the error under that ID, user info masked.
+// The Guard is the real kubeauth Authorizer.
+func TestGuardFailureDetailOnlyInLog(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiServer := l.Addr().String()
+	l.Close() // nothing listens there now
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "https://stackflow-analysis:hunter2-secret-value@" + apiServer, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	src := newSource()
+	src.put(stackAt(pulumiv1.SucceededStackStateMessage))
+	srv := httptest.NewServer(New(Options{Stacks: src, Guard: authGuard{kubeauth.New(kubeauth.Options{Client: cs, TTL: -1})}, Log: logs.logger()}))
+	t.Cleanup(srv.Close)
+
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/namespaces/dev/stacks/web/verification?commit="+sha, nil)
+	req.Header.Set("Authorization", "Bearer a-caller-token-of-some-length")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var body map[string]any
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	id, _ := body["requestID"].(string)
+	if resp.StatusCode != http.StatusServiceUnavailable || body["reason"] != "ServiceUnavailable" || id == "" || resp.Header.Get("X-Request-Id") != id {
+		t.Fatalf("HTTP %d %s, want 503 ServiceUnavailable with a request ID", resp.StatusCode, b)
+	}
+	leaks.AssertNone(t, []string{apiServer, "stackflow-analysis:", "hunter2-secret-value", "tokenreviews", "a-caller-token-of-some-length"},
+		map[string]string{"the answer": string(b)})
+	log := logs.String()
+	if !strings.Contains(log, id) || !strings.Contains(log, apiServer) {
+		t.Fatalf("the log lacks the request ID %s or the detail:\n%s", id, log)
+	}
+	leaks.AssertNone(t, []string{"stackflow-analysis:", "hunter2-secret-value", "a-caller-token-of-some-length"}, map[string]string{"the log": log})
+	t.Logf("answer: %s", b)
+}
+
+// authGuard is the service's --auth=kube Guard.
+type authGuard struct{ a *kubeauth.Authorizer }
+
+func (g authGuard) Stack(r *http.Request, namespace, name string) error {
+	_, err := g.a.Check(r, kubeauth.StackTarget(namespace, name))
+	return err
+}
+
+func (g authGuard) Path(r *http.Request, path string) error {
+	_, err := g.a.Check(r, kubeauth.PathTarget(path))
+	return err
+}
+
+// logBuffer collects what a logr.Logger writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.b.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{})
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestMethodsAndBodies(t *testing.T) {

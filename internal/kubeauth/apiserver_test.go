@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/stackflow-io/stackflow/test/framework/leaks"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -323,7 +324,14 @@ func TestAgainstAPIServer(t *testing.T) {
 		if strings.Contains(err.Error(), verifierTok) {
 			t.Fatal("message holds the token")
 		}
-		t.Logf("503: %s", err)
+		// The API server's text names the service's own identity: for the
+		// log (Error), never for the answer (Message).
+		identity := "system:serviceaccount:" + ns + ":analysis"
+		if !strings.Contains(err.Error(), identity) {
+			t.Fatalf("the error for the log does not name the service's identity %s: %v", identity, err)
+		}
+		leaks.AssertNone(t, []string{identity, cp.Config.Host, verifierTok}, map[string]string{"the message": ue.Message()})
+		t.Logf("503: %s (answered: %s)", err, ue.Message())
 		mustCreate(t, func() error {
 			_, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 				ObjectMeta: metav1.ObjectMeta{Name: ns + "-analysis-auth-delegator"},
@@ -359,7 +367,12 @@ func TestAgainstAPIServer(t *testing.T) {
 		if s := d.Stats().Token; s.Errors != 2 || s.Entries != 0 {
 			t.Fatalf("stats = %+v: failures must not be cached", s)
 		}
-		t.Logf("503: %s", err)
+		var ue *UnavailableError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Fatalf("err = %v, want an *UnavailableError naming the address for the log", err)
+		}
+		leaks.AssertNone(t, []string{"https://127.0.0.1:1", verifierTok}, map[string]string{"the message": ue.Message()})
+		t.Logf("503: %s (answered: %s)", err, ue.Message())
 	})
 }
 

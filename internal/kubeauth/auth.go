@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stackflow-io/stackflow/internal/redact"
 )
 
 // Defaults of Options.
@@ -279,7 +281,7 @@ func (a *Authorizer) reviewToken(ctx context.Context, k key, token string) (toke
 	if err != nil {
 		a.tokens.errors.Add(1)
 		return tokenAnswer{}, &UnavailableError{Review: "TokenReview", err: err,
-			msg: "cannot authenticate the caller: TokenReview failed: " + redactToken(err.Error(), token) + permissionHint(err, "tokenreviews.authentication.k8s.io")}
+			msg: "cannot authenticate the caller: TokenReview failed: " + redact.URLCredentials(redactToken(err.Error(), token)) + permissionHint(err, "tokenreviews.authentication.k8s.io")}
 	}
 	now := a.now()
 	st := tr.Status
@@ -399,7 +401,7 @@ func (a *Authorizer) authorize(ctx context.Context, u User, ra *authorizationv1.
 		if err != nil {
 			a.accesses.errors.Add(1)
 			return accessAnswer{}, &UnavailableError{Review: "SubjectAccessReview", err: err,
-				msg: "cannot authorise the caller: SubjectAccessReview failed: " + err.Error() + permissionHint(err, "subjectaccessreviews.authorization.k8s.io")}
+				msg: "cannot authorise the caller: SubjectAccessReview failed: " + redact.URLCredentials(err.Error()) + permissionHint(err, "subjectaccessreviews.authorization.k8s.io")}
 		}
 		ans := accessAnswer{allowed: sar.Status.Allowed && !sar.Status.Denied, reason: sar.Status.Reason}
 		ttl := a.ttl

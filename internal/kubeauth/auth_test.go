@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -658,5 +659,36 @@ func TestBearerTokenTrims(t *testing.T) {
 	r.Header.Set("Authorization", "  Bearer   abc  ")
 	if tok, err := BearerToken(r); err != nil || tok != "abc" {
 		t.Fatalf("%q %v", tok, err)
+	}
+}
+
+// TestUnavailableMessageHoldsNoAPIServerText: a 503's Message, what an
+// answer says, is a fixed sentence naming the review; its Error, for the
+// log, keeps client-go's text (the API server's address, the service's own
+// user) with URL credentials masked.
+func TestUnavailableMessageHoldsNoAPIServerText(t *testing.T) {
+	const self = `system:serviceaccount:stackflow-system:stackflow-analysis`
+	a, f, _ := setup(t, Options{})
+	ctx := context.Background()
+	f.tokenErr = &url.Error{Op: "Post", URL: "https://analysis:pw-0123456789abcdef@10.96.0.1:6443/apis/authentication.k8s.io/v1/tokenreviews",
+		Err: errors.New("dial tcp 10.96.0.1:6443: connect: connection refused")}
+	_, err := a.Authenticate(ctx, goodToken)
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || ue.Message() != "cannot authenticate the caller now: the Kubernetes API server did not answer the TokenReview; retry later" {
+		t.Fatalf("err = %v", err)
+	}
+	if !strings.Contains(err.Error(), "https://***@10.96.0.1:6443") || strings.Contains(err.Error(), "pw-0123456789abcdef") {
+		t.Fatalf("the error for the log: %q, want the address with its credentials masked", err)
+	}
+	f.tokenErr = nil
+	f.sarErr = apierrors.NewForbidden(schema.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, "",
+		errors.New(`User "`+self+`" cannot create resource`))
+	u, _ := a.Authenticate(ctx, goodToken)
+	_, err = a.AuthorizeStack(ctx, u, "dev", "web")
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), self) {
+		t.Fatalf("err = %v", err)
+	}
+	if m := ue.Message(); strings.Contains(m, "stackflow-analysis") || !strings.Contains(m, "SubjectAccessReview") {
+		t.Fatalf("message %q", m)
 	}
 }

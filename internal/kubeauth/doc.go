@@ -7,13 +7,16 @@
 // It holds the Authorizer (auth.go), the bounded, time-limited caches of the
 // answers with their hit and miss counts (cache.go), the typed errors an HTTP
 // server maps to 401, 403 and 503 (errors.go), and a Prometheus collector of
-// the cache counts (metrics.go).
+// the cache counts (metrics.go). Each error says its status, its reason and
+// the message an answer may carry (HTTPError); its Error text is for the
+// server's log: a 503's holds the API server's own words (its URL, the
+// service's ServiceAccount), which no caller reads.
 //
 // It may import the standard library, k8s.io/api (authentication/v1,
-// authorization/v1), k8s.io/apimachinery, client-go's kubernetes.Interface and
-// the Prometheus client, and no other Stackflow package; it holds no HTTP
-// handler (the server calls Check from its own and writes the status the error
-// means, see StatusCode). Its tests may also import client-go's fake clientset
+// authorization/v1), k8s.io/apimachinery, client-go's kubernetes.Interface,
+// the Prometheus client and internal/redact, and no other Stackflow package;
+// it holds no HTTP handler (the server calls Check from its own and answers
+// the error with internal/httperror.Error). Its tests may also import client-go's fake clientset
 // and test/framework/substrate: they run against a fake clientset (caching,
 // clock, errors) and against a real kube-apiserver with real ServiceAccount
 // tokens and RBAC.

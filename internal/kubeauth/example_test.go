@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+
+	"github.com/go-logr/logr"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -12,11 +15,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/stackflow-io/stackflow/internal/httperror"
 	"github.com/stackflow-io/stackflow/internal/kubeauth"
 )
 
-// A handler checks the caller, then maps the error to its status: 401 with a
-// WWW-Authenticate challenge, 403, or 503.
+// A handler checks the caller, then answers the error with internal/httperror:
+// 401 with a WWW-Authenticate challenge, 403, or 503 with a fixed message and
+// a request ID (the error itself, client-go's text, goes to the log).
 func ExampleAuthorizer_Check() {
 	client := fake.NewClientset()
 	client.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -41,7 +46,7 @@ func ExampleAuthorizer_Check() {
 			if errors.As(err, &ue) {
 				w.Header().Set("WWW-Authenticate", ue.Challenge())
 			}
-			http.Error(w, err.Error(), kubeauth.StatusCode(err))
+			httperror.Error(w, r, logr.Discard(), err)
 			return
 		}
 		fmt.Fprintf(w, "hello %s", u)
@@ -58,11 +63,11 @@ func ExampleAuthorizer_Check() {
 		}
 		w := httptest.NewRecorder()
 		handler(w, r)
-		fmt.Printf("%d %s", w.Code, w.Body)
+		fmt.Printf("%d %s\n", w.Code, strings.TrimSpace(w.Body.String()))
 	}
 	// Output:
-	// 401 missing Authorization header: send `Authorization: Bearer <token>` with a Kubernetes ServiceAccount token
-	// 401 the bearer token was rejected by a Kubernetes TokenReview
-	// 403 "system:serviceaccount:kargo-demo:verifier" cannot get stacks.pulumi.com "web" in namespace "dev": grant it get on stacks.pulumi.com (see analysis/config/kargo-project)
+	// 401 {"code":401,"reason":"Unauthorized","message":"missing Authorization header: send `Authorization: Bearer \u003ctoken\u003e` with a Kubernetes ServiceAccount token"}
+	// 401 {"code":401,"reason":"Unauthorized","message":"the bearer token was rejected by a Kubernetes TokenReview"}
+	// 403 {"code":403,"reason":"Forbidden","message":"\"system:serviceaccount:kargo-demo:verifier\" cannot get stacks.pulumi.com \"web\" in namespace \"dev\": grant it get on stacks.pulumi.com (see analysis/config/kargo-project)"}
 	// 200 hello system:serviceaccount:kargo-demo:verifier
 }

@@ -12,6 +12,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/stackflow-io/stackflow/test/framework/leaks"
 )
 
 // objects stands for the cluster's objects as a replica's cache sees them:
@@ -47,6 +52,26 @@ func (o *objects) render(_ context.Context, kind, ns, name string) ([]byte, erro
 	return TarGz(files)
 }
 
+// logBuffer collects what a logr.Logger writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.b.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{})
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func get(t *testing.T, method, url string, header ...string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
@@ -77,8 +102,9 @@ func TestReplicasServeTheSameArtifact(t *testing.T) {
 	v1 := map[string][]byte{"Pulumi.yaml": []byte("name: web\nruntime: yaml\n")}
 	objs.set("ns", "web", v1)
 
+	var logs logBuffer
 	leader := &Store{Dir: t.TempDir(), BaseURL: "http://leader", Render: objs.render}
-	follower := &Store{Dir: t.TempDir(), BaseURL: "http://follower", Render: objs.render}
+	follower := &Store{Dir: t.TempDir(), BaseURL: "http://follower", Render: objs.render, Log: logs.logger()}
 	noDir := &Store{Render: objs.render}
 	tarball, err := TarGz(v1)
 	if err != nil {
@@ -152,15 +178,22 @@ func TestReplicasServeTheSameArtifact(t *testing.T) {
 		t.Errorf("follower: artifact of a deleted object: HTTP %d, want 404", resp.StatusCode)
 	}
 
-	// The object cannot be read: 503, to be retried, without the error's text.
-	objs.err = errors.New("cache not synced: token s3cr3t-t0ken")
+	// The object cannot be read: 503, to be retried, without the error's text
+	// (an API server's URL with credentials, say), which the log has under
+	// the answer's request ID, credentials masked.
+	objs.err = errors.New(`Get "https://operator:s3cr3t-t0ken-value@10.96.0.1:443/apis/pulumi.com/v1/namespaces/ns/programs/web": cache not synced`)
 	resp, body := get(t, http.MethodGet, servers["follower"].URL+"/"+a.Path)
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("follower: unreadable object: HTTP %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	id := resp.Header.Get("X-Request-Id")
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || id == "" ||
+		!bytes.Contains(body, []byte(`"reason":"ServiceUnavailable"`)) || !bytes.Contains(body, []byte(id)) {
+		t.Errorf("follower: unreadable object: HTTP %d (Retry-After %q, request ID %q) %s, want 503 ServiceUnavailable with Retry-After and a request ID",
+			resp.StatusCode, resp.Header.Get("Retry-After"), id, body)
 	}
-	if bytes.Contains(body, []byte("s3cr3t")) {
-		t.Errorf("the render error reached the client: %q", body)
+	leaks.AssertNone(t, []string{"s3cr3t-t0ken-value", "10.96.0.1:443"}, map[string]string{"the answer": string(body)})
+	if l := logs.String(); !strings.Contains(l, id) || !strings.Contains(l, "10.96.0.1:443") {
+		t.Errorf("the log lacks the request ID %s or the detail:\n%s", id, l)
 	}
+	leaks.AssertNone(t, []string{"s3cr3t-t0ken-value"}, map[string]string{"the log": logs.String()})
 	// The publisher serves its file without asking.
 	if resp, _ := get(t, http.MethodGet, servers["leader"].URL+"/"+a.Path); resp.StatusCode != http.StatusOK {
 		t.Errorf("leader: stored artifact while objects are unreadable: HTTP %d, want 200", resp.StatusCode)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stackflow-io/stackflow/internal/httperror"
 )
 
 // ContentType is the media type artifacts are served with.
@@ -33,12 +35,12 @@ func (s *Store) Handler() http.Handler {
 func (s *Store) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		httperror.Write(w, http.StatusMethodNotAllowed, httperror.MethodNotAllowed, "GET or HEAD only")
 		return
 	}
 	rel, hexsum, ok := artifactPath(r.URL.Path)
 	if !ok {
-		http.NotFound(w, r)
+		notFound(w)
 		return
 	}
 	if s.serveFile(w, r, rel, hexsum) {
@@ -75,29 +77,34 @@ func (s *Store) serveFile(w http.ResponseWriter, r *http.Request, rel, hexsum st
 // digest is the requested one: the same bytes the publishing replica wrote.
 func (s *Store) serveRendered(w http.ResponseWriter, r *http.Request, rel, hexsum string) {
 	if s.Render == nil {
-		http.NotFound(w, r)
+		notFound(w)
 		return
 	}
 	parts := strings.Split(rel, "/") // checked by artifactPath: kind/namespace/name/file
 	data, err := s.Render(r.Context(), parts[0], parts[1], parts[2])
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		http.NotFound(w, r)
+		notFound(w)
 		return
 	case err != nil:
 		// The object could not be read (a cache not synced yet, say): the
-		// error may name internals, so it is not echoed.
+		// error may name internals, so it is logged under the answer's
+		// request ID, not echoed.
 		w.Header().Set("Retry-After", "5")
-		http.Error(w, "artifact temporarily unavailable", http.StatusServiceUnavailable)
+		httperror.Fail(w, r, s.Log, http.StatusServiceUnavailable, httperror.ServiceUnavailable, "artifact temporarily unavailable; retry", err)
 		return
 	case Digest(data) != DigestPrefix+hexsum:
 		// The object has changed since that artifact was published (or a
 		// different build renders it differently): only the publisher had it.
-		http.NotFound(w, r)
+		notFound(w)
 		return
 	}
 	setArtifactHeaders(w, hexsum)
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
+}
+
+func notFound(w http.ResponseWriter) {
+	httperror.Write(w, http.StatusNotFound, httperror.NotFound, "no such artifact")
 }
 
 func setArtifactHeaders(w http.ResponseWriter, hexsum string) {

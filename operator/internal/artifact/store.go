@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+
+	"github.com/go-logr/logr"
 )
 
 // Artifact is one tarball in a Store.
@@ -50,6 +52,9 @@ type Store struct {
 	// is no such object (404); any other error is answered 503, so the
 	// client retries.
 	Render RenderFunc
+	// Log receives the detail of a failed Render, under the request ID of
+	// the 503 that answered it; the zero Logger drops it.
+	Log logr.Logger
 
 	// serving is true while Serve accepts connections.
 	serving atomic.Bool

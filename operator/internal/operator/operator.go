@@ -349,6 +349,7 @@ func setupWebhook(mgr ctrl.Manager, opts Options, stacks *controller.StackReconc
 		Secret:     []byte(opts.WebhookSecret),
 		Limiter:    rate.NewLimiter(rate.Limit(10), 50),
 		Deliveries: &webhook.Deliveries{},
+		Log:        log,
 		OnPush: func(p webhook.Push) error {
 			// Recorded on the Stacks (any replica may receive it), which the
 			// leader then reconciles.
@@ -357,8 +358,8 @@ func setupWebhook(mgr ctrl.Manager, opts Options, stacks *controller.StackReconc
 			token := time.Now().UTC().Format(time.RFC3339Nano)
 			n, err := stacks.NotePush(ctx, p.RepoURLs, p.Branch, token)
 			if err != nil {
-				log.Error(err, "Recording a push failed", "repository", p.RepoURLs[0], "branch", p.Branch)
-				return err
+				// Logged by the receiver under the request ID of its 503.
+				return fmt.Errorf("record the push of %s branch %s: %w", p.RepoURLs[0], p.Branch, err)
 			}
 			log.Info("Push received", "repository", p.RepoURLs[0], "branch", p.Branch, "stacks", n)
 			return nil
@@ -423,7 +424,8 @@ func setupPrograms(mgr ctrl.Manager, opts Options, op *Operator) error {
 		_, port, _ := net.SplitHostPort(l.Addr().String())
 		base = "http://127.0.0.1:" + port
 	}
-	store := &artifact.Store{Dir: dir, BaseURL: base, Render: controller.ProgramArtifactRenderer(mgr.GetClient())}
+	store := &artifact.Store{Dir: dir, BaseURL: base, Render: controller.ProgramArtifactRenderer(mgr.GetClient()),
+		Log: ctrl.Log.WithName("artifacts")}
 	// A manager.Server runs with the probe and metrics servers: on every
 	// replica (not only the leader), and before the caches have synced, so
 	// that a request it cannot answer yet gets a 503 rather than no answer.

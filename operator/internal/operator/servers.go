@@ -3,11 +3,15 @@ package operator
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
@@ -17,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/stackflow-io/stackflow/internal/httperror"
 	"github.com/stackflow-io/stackflow/internal/kubeauth"
 )
 
@@ -75,15 +80,49 @@ func addEndpointServerTLS(mgr ctrl.Manager, name, addr string, h http.Handler, t
 // check passes; /readyz?verbose lists them, /readyz/<name> runs one) on
 // addr. Disable the manager's own (HealthProbeBindAddress "") when using it.
 func AddProbeServer(mgr ctrl.Manager, addr string, ready map[string]healthz.Checker) (string, error) {
+	return addEndpointServer(mgr, "health probe", addr, probeHandler(ready, mgr.GetLogger().WithName("probes")))
+}
+
+// probeHandler serves the probes. controller-runtime's handler withholds a
+// failed check's error on /readyz but answers it on /readyz/<name>, to
+// anyone who can reach the port: a failed check is answered here with
+// internal/httperror instead (500 NotReady naming the check, a request ID),
+// its error logged.
+func probeHandler(ready map[string]healthz.Checker, log logr.Logger) http.Handler {
 	mux := http.NewServeMux()
 	readyz := &healthz.Handler{Checks: ready}
 	healthzH := &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}
 	mux.Handle("/readyz", http.StripPrefix("/readyz", readyz))
-	mux.Handle("/readyz/", http.StripPrefix("/readyz", readyz))
+	mux.Handle("/readyz/", http.StripPrefix("/readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
+		check, ok := ready[name]
+		if !ok {
+			readyz.ServeHTTP(w, r) // /readyz/ itself, or 404
+			return
+		}
+		if err := check(r); err != nil {
+			httperror.Error(w, r, log, &notReady{check: name, err: err})
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})))
 	mux.Handle("/healthz", http.StripPrefix("/healthz", healthzH))
 	mux.Handle("/healthz/", http.StripPrefix("/healthz", healthzH))
-	return addEndpointServer(mgr, "health probe", addr, mux)
+	return mux
 }
+
+// notReady is a failed readiness check: answered 500 NotReady with the
+// check's name, its error logged.
+type notReady struct {
+	check string
+	err   error
+}
+
+func (e *notReady) Error() string   { return "readiness check " + e.check + ": " + e.err.Error() }
+func (e *notReady) Unwrap() error   { return e.err }
+func (e *notReady) HTTPStatus() int { return http.StatusInternalServerError }
+func (e *notReady) Reason() string  { return "NotReady" }
+func (e *notReady) Message() string { return "readiness check " + e.check + " failed" }
 
 // Metrics authentication modes.
 const (
@@ -120,7 +159,8 @@ func AddMetricsServer(mgr ctrl.Manager, o MetricsOptions) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("metrics authentication: %w", err)
 		}
-		h = requireAccess(kubeauth.New(kubeauth.Options{Client: cs, GrantHint: "bind the ClusterRole stackflow-metrics-reader"}), "/metrics", h)
+		h = requireAccess(kubeauth.New(kubeauth.Options{Client: cs, GrantHint: "bind the ClusterRole stackflow-metrics-reader"}), "/metrics",
+			mgr.GetLogger().WithName("metrics"), h)
 		if tlsConfig, err = metricsTLS(mgr, o.CertDir); err != nil {
 			return "", err
 		}
@@ -134,11 +174,13 @@ func AddMetricsServer(mgr ctrl.Manager, o MetricsOptions) (string, error) {
 
 // requireAccess serves next only to callers whose bearer token is allowed
 // get on the non-resource path (TokenReview, SubjectAccessReview; answers
-// cached briefly); others get 401, 403 or 503 with the reason.
-func requireAccess(az *kubeauth.Authorizer, path string, next http.Handler) http.Handler {
+// cached briefly); others get 401 or 403 with the reason and what to grant,
+// or 503 in fixed words with a request ID, client-go's error logged under it
+// (internal/httperror).
+func requireAccess(az *kubeauth.Authorizer, path string, log logr.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := az.Check(r, kubeauth.PathTarget(path)); err != nil {
-			http.Error(w, err.Error(), kubeauth.StatusCode(err))
+			httperror.Error(w, r, log, err)
 			return
 		}
 		next.ServeHTTP(w, r)
