@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/stackflow-io/stackflow/internal/redact"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -182,4 +185,55 @@ func quote(s string) string {
 		return strconv.Quote(string(r[:59])) + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// checkOwner refuses a Stack the pull request adds whose key (its commit
+// status context and comment section, "<namespace>/<name>") the base commit
+// gives to another job: a Stack with that key in a file outside
+// manifestsDir (another manifests-mode job's), or a namespace that is the
+// name of a Pulumi project (program mode's keys are "<project>/<stack>").
+// A Stack present at the base under manifestsDir is this job's already.
+func checkOwner(c Change, manifestsDir string, own *Owners) error {
+	if own == nil || !c.Added {
+		return nil
+	}
+	if f, ok := own.Stacks[c.Key]; ok && !within(f, manifestsDir) {
+		return fmt.Errorf("Stack %s is new under %s, but the base branch has it in %s: its commit status and comment section belong to the job that previews that file", c.Key, dirName(manifestsDir), f)
+	}
+	if c.Namespace != "" {
+		if dirs := own.ProjectDirs(c.Namespace); len(dirs) > 0 {
+			return fmt.Errorf("Stack %s is in namespace %s, the name of the Pulumi project in %s: commit statuses and comment sections %s/<stack> belong to that project's previews", c.Key, quote(c.Namespace), strings.Join(dirs, ", "), c.Namespace)
+		}
+	}
+	return nil
+}
+
+// within reports whether file (relative to the repository root) is under
+// dir ("", "." or "/" for the whole repository).
+func within(file, dir string) bool {
+	dir = strings.Trim(path.Clean("/"+dir), "/")
+	return dir == "" || strings.HasPrefix(path.Clean("/"+file), "/"+dir+"/")
+}
+
+func dirName(dir string) string {
+	if d := strings.Trim(path.Clean("/"+dir), "/"); d != "" {
+		return d + "/"
+	}
+	return "the repository"
+}
+
+// checkName refuses a Stack whose metadata.name is not a DNS subdomain or
+// whose metadata.namespace is not a DNS label: the API server would never
+// take such a manifest, and its key would carry the pull request's
+// characters (line breaks, markup) into commit status contexts and logs.
+func checkName(s *pulumiv1.Stack) error {
+	if errs := validation.IsDNS1123Subdomain(s.Name); len(errs) > 0 {
+		return fmt.Errorf("metadata.name %s is not a Kubernetes object name: %s", quote(s.Name), errs[0])
+	}
+	if s.Namespace != "" {
+		if errs := validation.IsDNS1123Label(s.Namespace); len(errs) > 0 {
+			return fmt.Errorf("metadata.namespace %s is not a Kubernetes namespace name: %s", quote(s.Namespace), errs[0])
+		}
+	}
+	return nil
 }

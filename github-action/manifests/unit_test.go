@@ -99,7 +99,7 @@ func TestLoad(t *testing.T) {
 		"outside/c.yaml":   stackYAML(""),
 		"m/other-kind.yml": "apiVersion: example.com/v1\nkind: Stack\nmetadata: {name: foreign}\n",
 	})
-	tr, err := Load(repo.Work, "m/", sha)
+	tr, err := Load(context.Background(), repo.Work, "m/", sha, Origin{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +112,14 @@ func TestLoad(t *testing.T) {
 	}
 
 	bad := repo.Commit(t, "broken", map[string]string{"m/broken.yaml": "a: [\n"})
-	if _, err := Load(repo.Work, "m", bad); err == nil || !strings.Contains(err.Error(), "m/broken.yaml at "+bad[:7]) {
+	if _, err := Load(context.Background(), repo.Work, "m", bad, Origin{}); err == nil || !strings.Contains(err.Error(), "m/broken.yaml at "+bad[:7]) {
 		t.Fatalf("broken YAML: %v", err)
 	}
 	dup := repo.Commit(t, "dup", map[string]string{"m/broken.yaml": "", "m/dup.yaml": stackYAML("")})
-	if _, err := Load(repo.Work, "m", dup); err == nil || !strings.Contains(err.Error(), "Stack ns/s is also in m/a.yaml") {
+	if _, err := Load(context.Background(), repo.Work, "m", dup, Origin{}); err == nil || !strings.Contains(err.Error(), "Stack ns/s is also in m/a.yaml") {
 		t.Fatalf("duplicate Stack: %v", err)
 	}
-	if _, err := Load(repo.Work, "m", sha2); err == nil {
+	if _, err := Load(context.Background(), repo.Work, "m", sha2, Origin{}); err == nil {
 		t.Fatal("a commit that exists nowhere loaded")
 	}
 }
