@@ -12,6 +12,7 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 
+	"github.com/stackflow-io/stackflow/github-action/gitcli"
 	"github.com/stackflow-io/stackflow/github-action/preview"
 	"github.com/stackflow-io/stackflow/github-action/result"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
@@ -189,7 +190,7 @@ func TestManifestsMode(t *testing.T) {
 	if out, err := exec.Command("git", "clone", "-q", "--depth", "1", f.manifests.URL(), shallow).CombinedOutput(); err != nil {
 		t.Fatalf("shallow clone: %v\n%s", err, out)
 	}
-	if _, err := (gitCmd{dir: shallow}).output(context.Background(), "cat-file", "-e", f.baseSHA+"^{commit}"); err == nil {
+	if _, err := (gitcli.Cmd{Dir: shallow}).Output(context.Background(), "cat-file", "-e", f.baseSHA+"^{commit}"); err == nil {
 		t.Fatal("the shallow clone has the base commit already")
 	}
 	wantKeys := []string{"dev/api", "dev/old", "dev/secret", "dev/web"}

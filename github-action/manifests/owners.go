@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/stackflow-io/stackflow/github-action/gitcli"
 )
 
 // Owners is what a commit of a repository (the pull request's base, which
@@ -43,7 +45,7 @@ func (o Owners) ProjectDirs(name string) []string {
 // does not parse is skipped: this is an inventory of what the commit gives
 // out, not a check of its files. The commit must be present (EnsureCommit).
 func ReadOwners(ctx context.Context, repoDir, sha string, stacks bool, o Origin) (Owners, error) {
-	g := gitCmd{dir: repoDir, timeout: o.Timeout}
+	g := gitcli.Cmd{Dir: repoDir, Timeout: o.Timeout}
 	all, err := listFiles(ctx, g, sha, "")
 	if err != nil {
 		return Owners{}, err

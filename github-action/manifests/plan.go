@@ -15,6 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/stackflow-io/stackflow/github-action/gitcli"
 	"github.com/stackflow-io/stackflow/github-action/preview"
 	"github.com/stackflow-io/stackflow/internal/redact"
 	"github.com/stackflow-io/stackflow/internal/revision"
@@ -382,10 +383,10 @@ func describeRef(r pulumiv1.ResourceRef) string {
 // positional argument follows "--" all the same, so none is read as an
 // option.
 func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string, timeout time.Duration) (string, error) {
-	g := gitCmd{dir: dir, env: gitEnviron(repo, token), timeout: timeout}
+	g := gitcli.Cmd{Dir: dir, Env: gitEnviron(repo, token), Timeout: timeout}
 	run := func(args ...string) (string, error) {
-		out, stderr, err := g.run(ctx, nil, args...)
-		var te *TimeoutError
+		out, stderr, err := g.Run(ctx, nil, args...)
+		var te *gitcli.TimeoutError
 		if errors.As(err, &te) {
 			return "", err
 		}
@@ -410,7 +411,7 @@ func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string
 	}
 	where := redact.URLCredentials(repo.String())
 	if _, err := run("fetch", "-q", "--depth=1", "--", "origin", ref); err != nil {
-		var te *TimeoutError
+		var te *gitcli.TimeoutError
 		if commit == "" || errors.As(err, &te) {
 			// A server that does not answer is not asked again.
 			what := "branch " + quote(branch)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stackflow-io/stackflow/github-action/gitcli"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
 
@@ -101,11 +102,11 @@ func TestCloneTimeout(t *testing.T) {
 	case <-time.After(timeout + 30*time.Second):
 		t.Fatal("the clone from a server that never answers is still running")
 	}
-	var te *TimeoutError
+	var te *gitcli.TimeoutError
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), "fetch commit "+sha1[:7]+" of "+silent.URL()+"/app.git: git fetch did not finish within 2s (the git-timeout input)") {
 		t.Fatalf("error %v", err)
 	}
-	if d := time.Since(start); d > timeout+waitDelay+5*time.Second {
+	if d := time.Since(start); d > timeout+gitcli.WaitDelay+5*time.Second {
 		t.Errorf("took %s", d)
 	}
 	silent.clientsGone(t, 10*time.Second)
@@ -118,7 +119,7 @@ func TestFetchBaseTimeout(t *testing.T) {
 	silent := newSilentServer(t)
 	repo := gitrepo.New(t)
 	repo.Commit(t, "head", map[string]string{"stacks/a.yaml": "x: 1\n"})
-	if _, err := (gitCmd{dir: repo.Work}).output(context.Background(), "remote", "set-url", "origin", silent.URL()+"/manifests.git"); err != nil {
+	if _, err := (gitcli.Cmd{Dir: repo.Work}).Output(context.Background(), "remote", "set-url", "origin", silent.URL()+"/manifests.git"); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -144,7 +145,7 @@ func TestFetchBaseTimeout(t *testing.T) {
 func TestOriginToken(t *testing.T) {
 	const token = "ghs_originT0ken"
 	repo := gitrepo.New(t)
-	g := gitCmd{dir: repo.Work}
+	g := gitcli.Cmd{Dir: repo.Work}
 	ctx := context.Background()
 	for _, tt := range []struct {
 		origin string
@@ -155,7 +156,7 @@ func TestOriginToken(t *testing.T) {
 		{"https://elsewhere.example/acme/infra.git", false},
 		{"http://github.example/acme/infra.git", false},
 	} {
-		if _, err := g.output(ctx, "remote", "set-url", "origin", tt.origin); err != nil {
+		if _, err := g.Output(ctx, "remote", "set-url", "origin", tt.origin); err != nil {
 			t.Fatal(err)
 		}
 		env := strings.Join(originEnviron(ctx, g, Origin{Token: token, TokenHosts: []string{"github.example"}}), "\n")

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/stackflow-io/stackflow/github-action/gitcli"
 	"github.com/stackflow-io/stackflow/internal/redact"
 	"github.com/stackflow-io/stackflow/internal/revision"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -76,7 +77,7 @@ func Load(ctx context.Context, repoDir, manifestsDir, sha string, o Origin) (Tre
 	if err := EnsureCommit(ctx, repoDir, sha, o); err != nil {
 		return t, err
 	}
-	g := gitCmd{dir: repoDir, timeout: o.Timeout}
+	g := gitcli.Cmd{Dir: repoDir, Timeout: o.Timeout}
 	files, err := listFiles(ctx, g, sha, manifestsDir)
 	if err != nil {
 		return t, err
@@ -167,13 +168,13 @@ func splitDocuments(b []byte) ([][]byte, error) {
 
 type treeFile struct{ path, oid string }
 
-func listFiles(ctx context.Context, g gitCmd, sha, dir string) ([]treeFile, error) {
+func listFiles(ctx context.Context, g gitcli.Cmd, sha, dir string) ([]treeFile, error) {
 	dir = strings.Trim(path.Clean("/"+dir), "/")
 	args := []string{"ls-tree", "-r", "-z", sha}
 	if dir != "" {
 		args = append(args, "--", dir+"/")
 	}
-	out, err := g.output(ctx, args...)
+	out, err := g.Output(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +199,7 @@ func listFiles(ctx context.Context, g gitCmd, sha, dir string) ([]treeFile, erro
 }
 
 // readBlobs reads the files' blobs with one `git cat-file --batch`.
-func readBlobs(ctx context.Context, g gitCmd, files []treeFile) (map[string][]byte, error) {
+func readBlobs(ctx context.Context, g gitcli.Cmd, files []treeFile) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	if len(files) == 0 {
 		return out, nil
@@ -207,8 +208,8 @@ func readBlobs(ctx context.Context, g gitCmd, files []treeFile) (map[string][]by
 	for _, f := range files {
 		in.WriteString(f.oid + "\n")
 	}
-	stdout, stderr, err := g.run(ctx, &in, "cat-file", "--batch")
-	var te *TimeoutError
+	stdout, stderr, err := g.Run(ctx, &in, "cat-file", "--batch")
+	var te *gitcli.TimeoutError
 	if errors.As(err, &te) {
 		return nil, err
 	}
@@ -241,18 +242,18 @@ func readBlobs(ctx context.Context, g gitCmd, files []treeFile) (map[string][]by
 // EnsureCommit fetches sha from origin when the repository at repoDir
 // lacks it (a shallow checkout); see Origin.
 func EnsureCommit(ctx context.Context, repoDir, sha string, o Origin) error {
-	g := gitCmd{dir: repoDir, timeout: o.Timeout}
-	if _, err := g.output(ctx, "cat-file", "-e", sha+"^{commit}"); err == nil {
+	g := gitcli.Cmd{Dir: repoDir, Timeout: o.Timeout}
+	if _, err := g.Output(ctx, "cat-file", "-e", sha+"^{commit}"); err == nil {
 		return nil
 	}
-	fetch := gitCmd{dir: repoDir, timeout: o.Timeout, env: originEnviron(ctx, g, o)}
-	if _, err := fetch.output(ctx, "fetch", "-q", "--depth=1", "--", "origin", sha); err != nil {
+	fetch := gitcli.Cmd{Dir: repoDir, Timeout: o.Timeout, Env: originEnviron(ctx, g, o)}
+	if _, err := fetch.Output(ctx, "fetch", "-q", "--depth=1", "--", "origin", sha); err != nil {
 		if o.Token != "" {
 			err = errors.New(redact.NewValues(o.Token, basicAuth(o.Token)).Text(err.Error()))
 		}
 		return fmt.Errorf("commit %s is not in %s and fetching it failed: %w", revision.Short(sha), repoDir, err)
 	}
-	if _, err := g.output(ctx, "cat-file", "-e", sha+"^{commit}"); err != nil {
+	if _, err := g.Output(ctx, "cat-file", "-e", sha+"^{commit}"); err != nil {
 		return fmt.Errorf("commit %s: not a commit after fetching it", revision.Short(sha))
 	}
 	return nil
@@ -262,7 +263,7 @@ func EnsureCommit(ctx context.Context, repoDir, sha string, o Origin) error {
 // and, when origin is an https:// URL on one of o.TokenHosts, o.Token as
 // an Authorization header scoped to that host (after an empty value, which
 // drops a header the checkout may have stored, so only one is sent).
-func originEnviron(ctx context.Context, g gitCmd, o Origin) []string {
+func originEnviron(ctx context.Context, g gitcli.Cmd, o Origin) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GIT_CONFIG_COUNT=") && !strings.HasPrefix(kv, "GIT_CONFIG_KEY_") && !strings.HasPrefix(kv, "GIT_CONFIG_VALUE_") {
@@ -273,7 +274,7 @@ func originEnviron(ctx context.Context, g gitCmd, o Origin) []string {
 	if o.Token == "" {
 		return env
 	}
-	raw, err := g.output(ctx, "remote", "get-url", "origin")
+	raw, err := g.Output(ctx, "remote", "get-url", "origin")
 	if err != nil {
 		return env
 	}

@@ -144,7 +144,7 @@ func TestPlanWithoutClone(t *testing.T) {
 		{name: "programRef not in the tree", spec: "  programRef: {name: missing}\n", skip: true, notes: []string{Unresolved + "programRef: Program ns/missing"}},
 		{name: "no source", spec: "", skip: true, notes: []string{"names no program source"}},
 		{name: "programRef in the tree", spec: "  programRef: {name: p}\n  preview: true\n  config: {num: 3, s: str, o: {a: [1]}}\n  secrets: {pw: hunter2}\n" +
-			"  secretsRef:\n    lit: {type: Literal, literal: {value: l1}}\n    env: {type: Env, env: {name: TOKEN}}\n    file: {type: FS, filesystem: {path: /etc/x}}\n" +
+			"  secretsRef:\n    lit: {type: Literal, literal: {value: l1}}\n    env: {type: Env, Env: {name: TOKEN}}\n    file: {type: FS, filesystem: {path: /etc/x}}\n" +
 			"  configRef: {c: {name: nocm, key: k}}\n" +
 			"  envRefs:\n    A: {type: Literal, literal: {value: a}}\n    B: {type: Secret, secret: {name: sec, key: b}}\n  envSecrets: [es]\n  envs: [nocm]\n  environment: [esc-env]\n",
 			notes: []string{"spec.preview is true",

@@ -1,9 +1,9 @@
 //go:build !unix
 
-package manifests
+package gitcli
 
 import "os/exec"
 
 // killTree: elsewhere only git itself is killed when its context ends (the
-// default); its output is abandoned after waitDelay all the same.
+// default); its output is abandoned after WaitDelay all the same.
 func killTree(*exec.Cmd) {}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package manifests
+package gitcli
 
 import (
 	"os/exec"
