@@ -350,11 +350,11 @@ func describeSource(s *pulumiv1.Stack, resolved string) string {
 	case g.Commit != "" && IsCommit(g.Commit):
 		return "commit " + revision.Short(g.Commit)
 	case g.Commit != "":
-		return "commit " + quote(g.Commit)
+		return "commit " + Quote(g.Commit)
 	case g.Branch != "":
 		b := g.Branch
 		if checkBranch(b) != nil {
-			b = quote(b)
+			b = Quote(b)
 		}
 		if resolved != "" {
 			return "branch " + b + " (" + revision.Short(resolved) + ")"
@@ -414,7 +414,7 @@ func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string
 		var te *gitcli.TimeoutError
 		if commit == "" || errors.As(err, &te) {
 			// A server that does not answer is not asked again.
-			what := "branch " + quote(branch)
+			what := "branch " + Quote(branch)
 			if commit != "" {
 				what = "commit " + revision.Short(commit)
 			}

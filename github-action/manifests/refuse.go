@@ -46,7 +46,7 @@ func checkBranch(b string) error {
 		}
 	}
 	if bad {
-		return fmt.Errorf("spec.branch %s is not a valid branch name", quote(b))
+		return fmt.Errorf("spec.branch %s is not a valid branch name", Quote(b))
 	}
 	return nil
 }
@@ -58,7 +58,7 @@ func checkBranch(b string) error {
 // commands through git's transports.
 func repoURL(raw string, allowLoopbackHTTP bool) (*url.URL, error) {
 	refuse := func(why string) (*url.URL, error) {
-		return nil, fmt.Errorf("spec.projectRepo %s %s", quote(redact.URLCredentials(raw)), why)
+		return nil, fmt.Errorf("spec.projectRepo %s %s", Quote(redact.URLCredentials(raw)), why)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" || u.Host == "" || strings.HasPrefix(raw, "-") {
@@ -133,7 +133,7 @@ func checkBackend(what, b string, allowed []string) error {
 	if b == "" || backendAllowed(b, allowed) {
 		return nil
 	}
-	return fmt.Errorf("%s %s is not in the action's backends input: the pulumi CLI would send the job's Pulumi credentials there", what, quote(redact.URLCredentials(b)))
+	return fmt.Errorf("%s %s is not in the action's backends input: the pulumi CLI would send the job's Pulumi credentials there", what, Quote(redact.URLCredentials(b)))
 }
 
 // checkVariable refuses an environment variable a manifest sets (literal
@@ -149,7 +149,7 @@ func checkVariable(what, name, value string, backends []string) error {
 	case strings.HasPrefix(u, "PULUMI_"), strings.HasPrefix(u, "GIT_"), strings.HasSuffix(u, "_PROXY"),
 		strings.HasPrefix(u, "SSL_CERT_"), u == "CURL_CA_BUNDLE", u == "NODE_EXTRA_CA_CERTS", u == "REQUESTS_CA_BUNDLE",
 		u == "PATH", u == "HOME", strings.HasPrefix(u, "LD_"), strings.HasPrefix(u, "DYLD_"):
-		return fmt.Errorf("%s %s: the action does not take PULUMI_*, GIT_*, proxy, TLS, PATH, HOME or loader variables from a manifest (they decide where the job's credentials go)", what, quote(name))
+		return fmt.Errorf("%s %s: the action does not take PULUMI_*, GIT_*, proxy, TLS, PATH, HOME or loader variables from a manifest (they decide where the job's credentials go)", what, Quote(name))
 	}
 	return nil
 }
@@ -164,7 +164,7 @@ func checkSource(g pulumiv1.GitSource, allowLoopbackHTTP bool) (*url.URL, error)
 	}
 	switch {
 	case g.Commit != "" && !IsCommit(g.Commit):
-		return nil, fmt.Errorf("spec.commit %s is not a commit SHA (40 lowercase hexadecimal characters)", quote(g.Commit))
+		return nil, fmt.Errorf("spec.commit %s is not a commit SHA (40 lowercase hexadecimal characters)", Quote(g.Commit))
 	case g.Commit != "" && g.Branch != "":
 		return nil, fmt.Errorf("spec.branch and spec.commit are both set: the operator refuses such a Stack")
 	case g.Commit == "" && g.Branch == "":
@@ -177,9 +177,9 @@ func checkSource(g pulumiv1.GitSource, allowLoopbackHTTP bool) (*url.URL, error)
 	return u, nil
 }
 
-// quote quotes a value from a manifest for a one-line message: Go-quoted
+// Quote quotes a value from a pull request for a one-line message: Go-quoted
 // (control characters escaped) and cut to 60 characters.
-func quote(s string) string {
+func Quote(s string) string {
 	r := []rune(s)
 	if len(r) > 60 {
 		return strconv.Quote(string(r[:59])) + "…"
@@ -202,7 +202,7 @@ func checkOwner(c Change, manifestsDir string, own *Owners) error {
 	}
 	if c.Namespace != "" {
 		if dirs := own.ProjectDirs(c.Namespace); len(dirs) > 0 {
-			return fmt.Errorf("Stack %s is in namespace %s, the name of the Pulumi project in %s: commit statuses and comment sections %s/<stack> belong to that project's previews", c.Key, quote(c.Namespace), strings.Join(dirs, ", "), c.Namespace)
+			return fmt.Errorf("Stack %s is in namespace %s, the name of the Pulumi project in %s: commit statuses and comment sections %s/<stack> belong to that project's previews", c.Key, Quote(c.Namespace), strings.Join(dirs, ", "), c.Namespace)
 		}
 	}
 	return nil
@@ -228,11 +228,11 @@ func dirName(dir string) string {
 // characters (line breaks, markup) into commit status contexts and logs.
 func checkName(s *pulumiv1.Stack) error {
 	if errs := validation.IsDNS1123Subdomain(s.Name); len(errs) > 0 {
-		return fmt.Errorf("metadata.name %s is not a Kubernetes object name: %s", quote(s.Name), errs[0])
+		return fmt.Errorf("metadata.name %s is not a Kubernetes object name: %s", Quote(s.Name), errs[0])
 	}
 	if s.Namespace != "" {
 		if errs := validation.IsDNS1123Label(s.Namespace); len(errs) > 0 {
-			return fmt.Errorf("metadata.namespace %s is not a Kubernetes namespace name: %s", quote(s.Namespace), errs[0])
+			return fmt.Errorf("metadata.namespace %s is not a Kubernetes namespace name: %s", Quote(s.Namespace), errs[0])
 		}
 	}
 	return nil
