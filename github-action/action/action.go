@@ -1,15 +1,20 @@
 // Package action runs the GitHub Action: it removes the inputs and tokens
-// from the environment every child process inherits, turns the
-// configuration into preview requests (program mode: the listed stacks;
-// manifests mode: the Stacks the pull request changes, each checked
-// against what a pull request may ask), sets a pending commit status per
-// stack on the PR head, previews, then writes the final statuses (not
-// previewed is failure unless the workflow says otherwise), the job
+// from the environment every child process inherits, pins the backend when
+// the job gives a Pulumi access token alone (pinBackend), warns when the
+// checkout keeps credentials the program could read, turns the
+// configuration into preview requests (program mode: the listed stacks,
+// keyed by the project's name on the base commit; manifests mode: the
+// Stacks the pull request changes, each checked against what a pull request
+// may ask), sets a pending commit status per stack on the PR head,
+// previews (each within preview-timeout), then writes the final statuses
+// (not previewed is failure unless the workflow says otherwise), the job
 // summary, the one PR comment (this job's sections; in manifests mode, the
-// only sections of its scope) and the step outputs.
+// only sections of its scope; in program mode, other runs' sections of its
+// scope marked outdated) and the step outputs. Everything it prints goes
+// through package workflow, which escapes it.
 //
-// It imports the action's parts: inputs, preview, manifests, report,
-// githubapi and workflow.
+// It imports the action's parts: inputs, preview, manifests, gitcli,
+// report, githubapi and workflow.
 package action
 
 import (
