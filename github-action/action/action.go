@@ -126,7 +126,7 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 	if names := checkoutCredentials(ctx, c.Workspace, c.GitTimeout); len(names) > 0 {
 		workflow.Warning(log, "the checkout's git configuration holds credentials ("+strings.Join(names, ", ")+", as actions/checkout stores the workflow's token): the previewed program can read them. Check out with persist-credentials: false (see the action's README)")
 	}
-	reqs, contexts, cleanup, err := requests(ctx, c, d, pulumiEnv)
+	reqs, contexts, cleanup, err := requests(ctx, c, d, pulumiEnv, pinned)
 	defer cleanup()
 	if err != nil {
 		workflow.Error(log, err.Error())
@@ -253,8 +253,9 @@ func withRefresh(reqs []preview.Request, refresh bool) []preview.Request {
 	return reqs
 }
 
-// requests are the previews to run, with each one's commit status context.
-func requests(ctx context.Context, c inputs.Config, d Deps, pulumiEnv env) ([]preview.Request, []string, func(), error) {
+// requests are the previews to run, with each one's commit status context;
+// pinned is the backend pinBackend chose ("" when the job set its own).
+func requests(ctx context.Context, c inputs.Config, d Deps, pulumiEnv env, pinned string) ([]preview.Request, []string, func(), error) {
 	noop := func() {}
 	origin := manifests.Origin{Timeout: c.GitTimeout, Token: c.GitHubToken}
 	if u, err := url.Parse(c.ServerURL); err == nil && u.Host != "" {
@@ -296,11 +297,7 @@ func requests(ctx context.Context, c inputs.Config, d Deps, pulumiEnv env) ([]pr
 			GitTimeout: c.GitTimeout, Owners: owners, ManifestsDir: c.ManifestsDir,
 		})
 	default:
-		jobBackend := ""
-		if pulumiEnv.lookup("PULUMI_ACCESS_TOKEN") != "" {
-			jobBackend = pulumiEnv.lookup("PULUMI_BACKEND_URL")
-		}
-		reqs = programRequests(ctx, c, jobBackend, origin)
+		reqs = programRequests(ctx, c, pinned, origin)
 	}
 	contexts := make([]string, len(reqs))
 	for i, r := range reqs {

@@ -26,7 +26,11 @@ import (
 // work-dir and the stacks, the base branch the name, and the pull request
 // neither. Reading the base commit (fetched when the checkout is shallow)
 // failing fails every stack: a key cannot be trusted without it.
-func programRequests(ctx context.Context, c inputs.Config, jobBackend string, origin manifests.Origin) []preview.Request {
+//
+// pinned is the backend the action pinned for a Pulumi access token given
+// alone: a Pulumi.yaml's backend.url is then checked (checkProjectBackend).
+// When the job sets PULUMI_BACKEND_URL itself, the CLI ignores backend.url.
+func programRequests(ctx context.Context, c inputs.Config, pinned string, origin manifests.Origin) []preview.Request {
 	dir := c.WorkDir
 	if !filepath.IsAbs(dir) {
 		dir = filepath.Join(c.Workspace, dir)
@@ -36,10 +40,10 @@ func programRequests(ctx context.Context, c inputs.Config, jobBackend string, or
 	if err == nil {
 		project, notes, err = trustedProject(ctx, c, dir, head.Name, origin)
 	}
-	if err == nil && jobBackend != "" {
-		// The job gives a Pulumi access token: a backend.url from the pull
-		// request is used only if the workflow allowed it.
-		backend, err = checkProjectBackend(head.Backend.URL, jobBackend, c.Backends)
+	if err == nil && pinned != "" {
+		// The job gives a Pulumi access token alone: a backend.url from
+		// the pull request is used only if the workflow allowed it.
+		backend, err = checkProjectBackend(head.Backend.URL, pinned, c.Backends)
 		if err != nil {
 			err = fmt.Errorf("refused, not previewed: %w", err)
 		}

@@ -215,7 +215,7 @@ func (o Options) one(ctx context.Context, r Request, secrets redact.Values) (res
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 		defer func() {
-			if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if res.Status != result.Succeeded && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				res.Status = result.Failed
 				res.Error = fmt.Sprintf("the preview did not finish within %s (the preview-timeout input): stopped", o.Timeout)
 			}
