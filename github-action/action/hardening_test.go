@@ -145,7 +145,7 @@ func TestStatusContextsFromConfiguration(t *testing.T) {
 		return w.run(t, c)
 	}
 	run(inputs.ModeProgram, "web") // web/dev: failure
-	if code, log := run(inputs.ModeProgram, "api"); code != 1 || !strings.Contains(log, `refused, not previewed: Pulumi.yaml renames the project \"api\" to \"web\", the name of the project in web on the base branch`) {
+	if code, log := run(inputs.ModeProgram, "api"); code != 1 || !strings.Contains(log, `refused, not previewed: Pulumi.yaml renames the project "api" to "web", the name of the project in web on the base branch`) {
 		t.Fatalf("api renamed to web: exit %d:\n%s", code, log)
 	}
 	if code, log := run(inputs.ModeManifests, "stacks"); code != 1 {
@@ -159,7 +159,7 @@ func TestStatusContextsFromConfiguration(t *testing.T) {
 	}
 	// web/dev: its job's pending and failure, then the manifests job's
 	// refusal of the Stack that took its key; never a success.
-	if len(webDev) != 4 || !strings.HasPrefix(webDev[1], "failure") || !strings.HasPrefix(webDev[3], "failure: refused, not previewed: Stack web/dev is in namespace") {
+	if len(webDev) != 4 || !strings.HasPrefix(webDev[1], "failure") || !strings.HasPrefix(webDev[3], "failure: preview failed: refused, not previewed: Stack web/dev is in namespace") {
 		t.Errorf("statuses of web/dev: %q", webDev)
 	}
 	want := map[string]string{"web/dev": "failure", "api/dev": "failure", "prod/app": "failure", "team/honest": "success"}
@@ -302,7 +302,7 @@ func TestTimeouts(t *testing.T) {
 	})
 	c := w.config(t, inputs.ModeManifests, rwToken)
 	c.BaseSHA, c.HeadSHA = base, head
-	c.GitTimeout, c.PreviewTimeout, c.Parallel = 2*time.Second, 5*time.Second, 3
+	c.GitTimeout, c.PreviewTimeout, c.Parallel = 2*time.Second, 30*time.Second, 3
 	type ran struct {
 		code int
 		log  string
@@ -330,7 +330,7 @@ func TestTimeouts(t *testing.T) {
 	body := w.gh.Comments("acme", "infra", 5)[0].Body
 	for key, msg := range map[string]string{
 		"dev/hung-git":     "git fetch did not finish within 2s (the git-timeout input): stopped",
-		"dev/hung-program": "the preview did not finish within 5s (the preview-timeout input): stopped",
+		"dev/hung-program": "the preview did not finish within 30s (the preview-timeout input): stopped",
 	} {
 		if p, _ := report.Find(body, key); !strings.Contains(p.Text, msg) {
 			t.Errorf("%s's section lacks %q:\n%s", key, msg, p.Text)

@@ -251,14 +251,14 @@ func TestPreviewTimeout(t *testing.T) {
 	})
 	hung := writeProgram(t, "name: hung\nruntime: yaml\nresources:\n  rec:\n    type: stackflowtest:index:Record\n    properties:\n      name: hung\n      content:\n        fn::readFile: "+fifo+"\n")
 	ok := writeProgram(t, program)
-	const timeout = 5 * time.Second
+	const timeout = 30 * time.Second
 	start := time.Now()
 	rs := Options{PulumiCommand: pe.Command(t), Env: pe.EnvVars(), Timeout: timeout}.Run(context.Background(), []Request{
 		{WorkDir: hung, Stack: "dev"},
 		{WorkDir: ok, Stack: "dev", Config: map[string]ConfigValue{"recordName": {Value: "r"}, "content": {Value: "c"}}},
 	}, 2)
 	took := time.Since(start)
-	if rs[0].Status != result.Failed || rs[0].Error != "the preview did not finish within 5s (the preview-timeout input): stopped" {
+	if rs[0].Status != result.Failed || rs[0].Error != "the preview did not finish within 30s (the preview-timeout input): stopped" {
 		t.Errorf("hung: %s %q", rs[0].Status, rs[0].Error)
 	}
 	if rs[1].Status != result.Succeeded {
