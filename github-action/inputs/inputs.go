@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Input is one action input: its name (as in action.yml), default and
@@ -26,12 +27,14 @@ var All = []Input{
 	{"manifests-dir", ".", "manifests mode: the directory holding the Stack manifests (searched recursively), relative to the workspace"},
 	{"github-token", "${{ github.token }}", "token for the PR comment and commit statuses (needs `pull-requests: write` and `statuses: write`)"},
 	{"comment", "always", "`always`: write the PR comment; `on-change`: only when a stack changes (an earlier comment is then updated to say nothing changes; none is created); `never`"},
-	{"status-checks", "true", "set a commit status per stack on the PR head, usable as a required check: `stackflow/preview/<project>/<stack>` (manifests mode: `stackflow/preview/<namespace>/<name>`)"},
+	{"status-checks", "true", "set a commit status per stack on the PR head, usable as a required check: `stackflow/preview/<project>/<stack>`, the project named as the base branch names it (manifests mode: `stackflow/preview/<namespace>/<name>`)"},
 	{"parallel", "4", "how many previews run at once"},
 	{"refresh", "false", "refresh the stacks' state before previewing"},
 	{"git-token", "", "manifests mode: token for cloning private program repositories over HTTPS (default: `github-token`); sent only to the hosts of `git-token-hosts`"},
 	{"git-token-hosts", "", "manifests mode: the hosts (`host` or `host:port`, separated by newlines or commas) that receive `git-token` when a Stack's `projectRepo` is there (default: the host of `GITHUB_SERVER_URL`); repositories elsewhere are cloned without it"},
-	{"backends", "", "manifests mode: the state backend URLs a Stack may name in `spec.backend` (or a `PULUMI_BACKEND_URL` variable), separated by newlines or commas; a Stack naming another one is not previewed (the CLI would send it your Pulumi credentials). The backend of the job's environment is always allowed"},
+	{"backends", "", "the state backend URLs a pull request may name, separated by newlines or commas: in manifests mode a Stack's `spec.backend` (or a `PULUMI_BACKEND_URL` variable), in program mode Pulumi.yaml's `backend.url` when the job gives `PULUMI_ACCESS_TOKEN`; a stack naming another one is not previewed (the CLI would send it your Pulumi credentials). The backend of the job's environment is always allowed"},
+	{"git-timeout", "5m", "how long each git operation may take (cloning a Stack's program repository, fetching the pull request's base commit), as a Go duration (`90s`, `5m`); a git server that does not answer in time fails that Stack (or, for the base commit, the job) with a message saying so"},
+	{"preview-timeout", "30m", "how long each stack's preview may take, as a Go duration (`30m`, `1h`); a preview still running then is stopped and its stack fails with a message saying so, while the other stacks' previews go on"},
 	{"not-previewed", "failure", "manifests mode: the commit status of a Stack that is not previewed (removed from the manifests, a `fluxSource`, a `programRef` not in the tree, no program source): `failure` (the job fails too) or `success`"},
 }
 
@@ -72,12 +75,20 @@ type Config struct {
 	// NotPreviewed is the commit status state of a Stack that is not
 	// previewed: "failure" or "success".
 	NotPreviewed string
+	// GitTimeout bounds each git operation: a clone, a fetch.
+	GitTimeout time.Duration
+	// PreviewTimeout bounds each stack's preview.
+	PreviewTimeout time.Duration
 
 	// The runner's variables.
-	Repository      string // owner/name
-	APIURL          string // GITHUB_API_URL (GitHub Enterprise Server: https://HOST/api/v3)
-	ServerURL       string // GITHUB_SERVER_URL
-	RunID           string
+	Repository string // owner/name
+	APIURL     string // GITHUB_API_URL (GitHub Enterprise Server: https://HOST/api/v3)
+	ServerURL  string // GITHUB_SERVER_URL
+	RunID      string
+	// Workflow identifies the workflow that runs the job: the path of its
+	// file (GITHUB_WORKFLOW_REF without "@<ref>"), else its name
+	// (GITHUB_WORKFLOW).
+	Workflow        string
 	Workspace       string
 	StepSummaryFile string
 	OutputFile      string
@@ -166,6 +177,12 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.Parallel, err = strconv.Atoi(in("parallel")); err != nil || c.Parallel < 1 || c.Parallel > 64 {
 		errs = append(errs, fmt.Errorf("input parallel: %q is not a number from 1 to 64", in("parallel")))
 	}
+	c.GitTimeout = duration(in, "git-timeout", &errs)
+	c.PreviewTimeout = duration(in, "preview-timeout", &errs)
+	c.Workflow, _, _ = strings.Cut(getenv("GITHUB_WORKFLOW_REF"), "@")
+	if c.Workflow == "" {
+		c.Workflow = getenv("GITHUB_WORKFLOW")
+	}
 	if c.GitToken == "" {
 		c.GitToken = c.GitHubToken
 	}
@@ -210,6 +227,19 @@ func Load(getenv func(string) string) (Config, error) {
 		errs = append(errs, fmt.Errorf("refusing to preview a pull request from a fork (%s) on pull_request_target: the previews would run the fork's code with this repository's secrets; run the action on pull_request (see github-action/README.md)", orUnknown(c.HeadRepo)))
 	}
 	return c, errors.Join(errs...)
+}
+
+// maxTimeout is GitHub's own limit on a job (6 hours).
+const maxTimeout = 6 * time.Hour
+
+// duration reads a timeout input: a Go duration from 1s to 6h.
+func duration(in func(string) string, name string, errs *[]error) time.Duration {
+	d, err := time.ParseDuration(in(name))
+	if err != nil || d < time.Second || d > maxTimeout {
+		*errs = append(*errs, fmt.Errorf("input %s: %q is not a duration from 1s to 6h (such as 90s, 5m or 1h)", name, in(name)))
+		return 0
+	}
+	return d
 }
 
 // list splits an input's value at newlines and commas, trimming each item

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(t *testing.T, m map[string]string) func(string) string {
@@ -29,7 +30,7 @@ func TestLoadDefaults(t *testing.T) {
 	if c.Mode != ModeProgram || c.WorkDir != "." || c.ManifestsDir != "." || c.Comment != CommentAlways || !c.StatusChecks || c.Parallel != 4 || c.Refresh ||
 		c.GitToken != "tok" || c.APIURL != "https://api.github.com" || c.PR != 7 || c.HeadSHA != "hhh" || c.BaseSHA != "bbb" ||
 		c.RunURL() != "https://github.com/acme/infra/actions/runs/42" || strings.Join(c.GitTokenHosts, ",") != "github.com" ||
-		c.NotPreviewed != "failure" || len(c.Backends) != 0 {
+		c.NotPreviewed != "failure" || len(c.Backends) != 0 || c.GitTimeout != 5*time.Minute || c.PreviewTimeout != 30*time.Minute {
 		t.Fatalf("%+v", c)
 	}
 }
@@ -58,6 +59,16 @@ func TestLoad(t *testing.T) {
 			return strings.Join(c.Backends, ",") == "s3://a,https://api.pulumi.com"
 		}},
 		{"not previewed succeeds", map[string]string{"INPUT_NOT-PREVIEWED": "success"}, "", func(c Config) bool { return c.NotPreviewed == "success" }},
+		{"timeouts", map[string]string{"INPUT_GIT-TIMEOUT": "90s", "INPUT_PREVIEW-TIMEOUT": "1h"}, "", func(c Config) bool {
+			return c.GitTimeout == 90*time.Second && c.PreviewTimeout == time.Hour
+		}},
+		{"no timeout", map[string]string{"INPUT_PREVIEW-TIMEOUT": "0"}, "input preview-timeout", nil},
+		{"timeout beyond a job's", map[string]string{"INPUT_GIT-TIMEOUT": "7h"}, "input git-timeout", nil},
+		{"timeout in minutes", map[string]string{"INPUT_GIT-TIMEOUT": "5"}, "input git-timeout", nil},
+		{"workflow from its ref", map[string]string{"GITHUB_WORKFLOW_REF": "acme/infra/.github/workflows/preview.yml@refs/pull/7/merge", "GITHUB_WORKFLOW": "preview"}, "", func(c Config) bool {
+			return c.Workflow == "acme/infra/.github/workflows/preview.yml"
+		}},
+		{"workflow from its name", map[string]string{"GITHUB_WORKFLOW": "preview"}, "", func(c Config) bool { return c.Workflow == "preview" }},
 		{"bad not previewed", map[string]string{"INPUT_NOT-PREVIEWED": "pending"}, "input not-previewed", nil},
 		{"pull_request from a fork", map[string]string{"GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": event(t, "fork/infra")}, "", func(c Config) bool {
 			return c.FromFork() && c.HeadRepo == "fork/infra"

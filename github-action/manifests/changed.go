@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -34,12 +35,12 @@ type Change struct {
 
 // Changed compares the manifests under manifestsDir at baseSHA and headSHA
 // (see Load) and returns the Stacks that changed, sorted by key.
-func Changed(repoDir, manifestsDir, baseSHA, headSHA string) ([]Change, error) {
-	base, err := Load(repoDir, manifestsDir, baseSHA)
+func Changed(ctx context.Context, repoDir, manifestsDir, baseSHA, headSHA string, o Origin) ([]Change, error) {
+	base, err := Load(ctx, repoDir, manifestsDir, baseSHA, o)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
-	head, err := Load(repoDir, manifestsDir, headSHA)
+	head, err := Load(ctx, repoDir, manifestsDir, headSHA, o)
 	if err != nil {
 		return nil, fmt.Errorf("head: %w", err)
 	}

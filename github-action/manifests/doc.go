@@ -18,8 +18,16 @@
 //   - Every field of a manifest is the pull request author's: before
 //     anything runs, Plan refuses (refuse.go) a projectRepo other than
 //     https, a commit that is not a SHA, a branch that is not a branch name,
-//     a backend the workflow did not allow and variables that steer the CLI
-//     or git; it sends the git token only to the hosts the workflow lists.
+//     a name that is not a Kubernetes name, a backend the workflow did not
+//     allow and variables that steer the CLI or git; it sends the git token
+//     only to the hosts the workflow lists.
+//   - ReadOwners inventories a commit (the pull request's base): which
+//     directory holds which Pulumi project, which file which Stack. A Stack
+//     the pull request adds under a key another job owns there is refused
+//     (checkOwner); program mode uses the inventory for its keys too.
+//   - Every git command runs through package gitcli, bounded by the
+//     git-timeout input; EnsureCommit fetches a commit a shallow checkout
+//     lacks, with the workflow's token when origin is on its host.
 //
 // Keys are "<namespace>/<name>"; a manifest without a namespace is keyed by
 // its name alone, and its references resolve among the manifests without a

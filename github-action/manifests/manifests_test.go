@@ -8,9 +8,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 
+	"github.com/stackflow-io/stackflow/github-action/gitcli"
 	"github.com/stackflow-io/stackflow/github-action/preview"
 	"github.com/stackflow-io/stackflow/github-action/result"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
@@ -188,13 +190,13 @@ func TestManifestsMode(t *testing.T) {
 	if out, err := exec.Command("git", "clone", "-q", "--depth", "1", f.manifests.URL(), shallow).CombinedOutput(); err != nil {
 		t.Fatalf("shallow clone: %v\n%s", err, out)
 	}
-	if _, err := git(shallow, "cat-file", "-e", f.baseSHA+"^{commit}"); err == nil {
+	if _, err := (gitcli.Cmd{Dir: shallow}).Output(context.Background(), "cat-file", "-e", f.baseSHA+"^{commit}"); err == nil {
 		t.Fatal("the shallow clone has the base commit already")
 	}
 	wantKeys := []string{"dev/api", "dev/old", "dev/secret", "dev/web"}
 	var changes []Change
 	for _, dir := range []string{f.manifests.Work, shallow} {
-		cs, err := Changed(dir, "stacks", f.baseSHA, f.headSHA)
+		cs, err := Changed(context.Background(), dir, "stacks", f.baseSHA, f.headSHA, Origin{Timeout: time.Minute})
 		if err != nil {
 			t.Fatalf("%s: %v", dir, err)
 		}
@@ -222,7 +224,7 @@ func TestManifestsMode(t *testing.T) {
 	}
 
 	// Plan and Run, from the shallow clone's head tree.
-	tree, err := Load(shallow, "stacks", f.headSHA)
+	tree, err := Load(context.Background(), shallow, "stacks", f.headSHA, Origin{})
 	if err != nil {
 		t.Fatal(err)
 	}

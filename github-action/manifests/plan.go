@@ -8,13 +8,14 @@ import (
 	"maps"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/stackflow-io/stackflow/github-action/gitcli"
 	"github.com/stackflow-io/stackflow/github-action/preview"
 	"github.com/stackflow-io/stackflow/internal/redact"
 	"github.com/stackflow-io/stackflow/internal/revision"
@@ -47,6 +48,17 @@ type PlanOptions struct {
 	TempDir string
 	// Env is added to every request's environment.
 	Env map[string]string
+	// GitTimeout bounds each git command of a clone (the git-timeout
+	// input; 0: none): a server that does not answer fails that Stack
+	// only.
+	GitTimeout time.Duration
+	// Owners, when set, is what the base commit of the manifests
+	// repository holds outside ManifestsDir: a Stack the pull request adds
+	// whose status context belongs there is refused (see checkOwner).
+	Owners *Owners
+	// ManifestsDir is the manifests-dir input, relative to the repository
+	// root.
+	ManifestsDir string
 }
 
 // Unresolved starts the Note of each input CI cannot resolve.
@@ -105,6 +117,12 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	req.Stack = s.Spec.Stack
 	refused := func(err error) (preview.Request, func(), error) {
 		return failPlan(req, nil, fmt.Errorf("refused, not previewed: %w", err))
+	}
+	if err := checkOwner(c, o.ManifestsDir, o.Owners); err != nil {
+		return refused(err)
+	}
+	if err := checkName(s); err != nil {
+		return refused(err)
 	}
 	if err := checkBackend("spec.backend", s.Spec.Backend, o.Backends); err != nil {
 		return refused(err)
@@ -255,7 +273,7 @@ func Plan(ctx context.Context, c Change, tree Tree, o PlanOptions) (preview.Requ
 	if tokenAllowed(repo, o.TokenHosts) {
 		token = o.GitToken
 	}
-	sha, err := clone(ctx, repo, g.Commit, g.Branch, dir, token)
+	sha, err := clone(ctx, repo, g.Commit, g.Branch, dir, token, o.GitTimeout)
 	if err != nil {
 		cleanup()
 		return failPlan(req, notes, err)
@@ -332,11 +350,11 @@ func describeSource(s *pulumiv1.Stack, resolved string) string {
 	case g.Commit != "" && IsCommit(g.Commit):
 		return "commit " + revision.Short(g.Commit)
 	case g.Commit != "":
-		return "commit " + quote(g.Commit)
+		return "commit " + Quote(g.Commit)
 	case g.Branch != "":
 		b := g.Branch
 		if checkBranch(b) != nil {
-			b = quote(b)
+			b = Quote(b)
 		}
 		if resolved != "" {
 			return "branch " + b + " (" + revision.Short(resolved) + ")"
@@ -364,21 +382,22 @@ func describeRef(r pulumiv1.ResourceRef) string {
 // it). commit and branch have been checked (checkSource), and every
 // positional argument follows "--" all the same, so none is read as an
 // option.
-func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string) (string, error) {
-	env := gitEnviron(repo, token)
+func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string, timeout time.Duration) (string, error) {
+	g := gitcli.Cmd{Dir: dir, Env: gitEnviron(repo, token), Timeout: timeout}
 	run := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "git", args...)
-		cmd.Dir = dir
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
+		out, stderr, err := g.Run(ctx, nil, args...)
+		var te *gitcli.TimeoutError
+		if errors.As(err, &te) {
+			return "", err
+		}
 		if err != nil {
-			msg := gitMessage(string(out))
+			msg := gitMessage(out + "\n" + stderr)
 			if token != "" {
 				msg = redact.NewValues(token, basicAuth(token)).Text(msg)
 			}
 			return "", fmt.Errorf("git %s: %v: %s", args[0], err, msg)
 		}
-		return strings.TrimSpace(string(out)), nil
+		return strings.TrimSpace(out), nil
 	}
 	if _, err := run("init", "-q"); err != nil {
 		return "", err
@@ -392,8 +411,14 @@ func clone(ctx context.Context, repo *url.URL, commit, branch, dir, token string
 	}
 	where := redact.URLCredentials(repo.String())
 	if _, err := run("fetch", "-q", "--depth=1", "--", "origin", ref); err != nil {
-		if commit == "" {
-			return "", fmt.Errorf("fetch branch %s of %s: %w", quote(branch), where, err)
+		var te *gitcli.TimeoutError
+		if commit == "" || errors.As(err, &te) {
+			// A server that does not answer is not asked again.
+			what := "branch " + Quote(branch)
+			if commit != "" {
+				what = "commit " + revision.Short(commit)
+			}
+			return "", fmt.Errorf("fetch %s of %s: %w", what, where, err)
 		}
 		// A server that refuses to serve a commit by ID: fetch everything.
 		if _, err2 := run("fetch", "-q", "--", "origin"); err2 != nil {

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/stackflow-io/stackflow/internal/redact"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -43,7 +46,7 @@ func checkBranch(b string) error {
 		}
 	}
 	if bad {
-		return fmt.Errorf("spec.branch %s is not a valid branch name", quote(b))
+		return fmt.Errorf("spec.branch %s is not a valid branch name", Quote(b))
 	}
 	return nil
 }
@@ -55,7 +58,7 @@ func checkBranch(b string) error {
 // commands through git's transports.
 func repoURL(raw string, allowLoopbackHTTP bool) (*url.URL, error) {
 	refuse := func(why string) (*url.URL, error) {
-		return nil, fmt.Errorf("spec.projectRepo %s %s", quote(redact.URLCredentials(raw)), why)
+		return nil, fmt.Errorf("spec.projectRepo %s %s", Quote(redact.URLCredentials(raw)), why)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" || u.Host == "" || strings.HasPrefix(raw, "-") {
@@ -130,7 +133,7 @@ func checkBackend(what, b string, allowed []string) error {
 	if b == "" || backendAllowed(b, allowed) {
 		return nil
 	}
-	return fmt.Errorf("%s %s is not in the action's backends input: the pulumi CLI would send the job's Pulumi credentials there", what, quote(redact.URLCredentials(b)))
+	return fmt.Errorf("%s %s is not in the action's backends input: the pulumi CLI would send the job's Pulumi credentials there", what, Quote(redact.URLCredentials(b)))
 }
 
 // checkVariable refuses an environment variable a manifest sets (literal
@@ -146,7 +149,7 @@ func checkVariable(what, name, value string, backends []string) error {
 	case strings.HasPrefix(u, "PULUMI_"), strings.HasPrefix(u, "GIT_"), strings.HasSuffix(u, "_PROXY"),
 		strings.HasPrefix(u, "SSL_CERT_"), u == "CURL_CA_BUNDLE", u == "NODE_EXTRA_CA_CERTS", u == "REQUESTS_CA_BUNDLE",
 		u == "PATH", u == "HOME", strings.HasPrefix(u, "LD_"), strings.HasPrefix(u, "DYLD_"):
-		return fmt.Errorf("%s %s: the action does not take PULUMI_*, GIT_*, proxy, TLS, PATH, HOME or loader variables from a manifest (they decide where the job's credentials go)", what, quote(name))
+		return fmt.Errorf("%s %s: the action does not take PULUMI_*, GIT_*, proxy, TLS, PATH, HOME or loader variables from a manifest (they decide where the job's credentials go)", what, Quote(name))
 	}
 	return nil
 }
@@ -161,7 +164,7 @@ func checkSource(g pulumiv1.GitSource, allowLoopbackHTTP bool) (*url.URL, error)
 	}
 	switch {
 	case g.Commit != "" && !IsCommit(g.Commit):
-		return nil, fmt.Errorf("spec.commit %s is not a commit SHA (40 lowercase hexadecimal characters)", quote(g.Commit))
+		return nil, fmt.Errorf("spec.commit %s is not a commit SHA (40 lowercase hexadecimal characters)", Quote(g.Commit))
 	case g.Commit != "" && g.Branch != "":
 		return nil, fmt.Errorf("spec.branch and spec.commit are both set: the operator refuses such a Stack")
 	case g.Commit == "" && g.Branch == "":
@@ -174,12 +177,63 @@ func checkSource(g pulumiv1.GitSource, allowLoopbackHTTP bool) (*url.URL, error)
 	return u, nil
 }
 
-// quote quotes a value from a manifest for a one-line message: Go-quoted
+// Quote quotes a value from a pull request for a one-line message: Go-quoted
 // (control characters escaped) and cut to 60 characters.
-func quote(s string) string {
+func Quote(s string) string {
 	r := []rune(s)
 	if len(r) > 60 {
 		return strconv.Quote(string(r[:59])) + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// checkOwner refuses a Stack the pull request adds whose key (its commit
+// status context and comment section, "<namespace>/<name>") the base commit
+// gives to another job: a Stack with that key in a file outside
+// manifestsDir (another manifests-mode job's), or a namespace that is the
+// name of a Pulumi project (program mode's keys are "<project>/<stack>").
+// A Stack present at the base under manifestsDir is this job's already.
+func checkOwner(c Change, manifestsDir string, own *Owners) error {
+	if own == nil || !c.Added {
+		return nil
+	}
+	if f, ok := own.Stacks[c.Key]; ok && !within(f, manifestsDir) {
+		return fmt.Errorf("Stack %s is new under %s, but the base branch has it in %s: its commit status and comment section belong to the job that previews that file", c.Key, dirName(manifestsDir), f)
+	}
+	if c.Namespace != "" {
+		if dirs := own.ProjectDirs(c.Namespace); len(dirs) > 0 {
+			return fmt.Errorf("Stack %s is in namespace %s, the name of the Pulumi project in %s: commit statuses and comment sections %s/<stack> belong to that project's previews", c.Key, Quote(c.Namespace), strings.Join(dirs, ", "), c.Namespace)
+		}
+	}
+	return nil
+}
+
+// within reports whether file (relative to the repository root) is under
+// dir ("", "." or "/" for the whole repository).
+func within(file, dir string) bool {
+	dir = strings.Trim(path.Clean("/"+dir), "/")
+	return dir == "" || strings.HasPrefix(path.Clean("/"+file), "/"+dir+"/")
+}
+
+func dirName(dir string) string {
+	if d := strings.Trim(path.Clean("/"+dir), "/"); d != "" {
+		return d + "/"
+	}
+	return "the repository"
+}
+
+// checkName refuses a Stack whose metadata.name is not a DNS subdomain or
+// whose metadata.namespace is not a DNS label: the API server would never
+// take such a manifest, and its key would carry the pull request's
+// characters (line breaks, markup) into commit status contexts and logs.
+func checkName(s *pulumiv1.Stack) error {
+	if errs := validation.IsDNS1123Subdomain(s.Name); len(errs) > 0 {
+		return fmt.Errorf("metadata.name %s is not a Kubernetes object name: %s", Quote(s.Name), errs[0])
+	}
+	if s.Namespace != "" {
+		if errs := validation.IsDNS1123Label(s.Namespace); len(errs) > 0 {
+			return fmt.Errorf("metadata.namespace %s is not a Kubernetes namespace name: %s", Quote(s.Namespace), errs[0])
+		}
+	}
+	return nil
 }

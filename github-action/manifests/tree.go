@@ -3,19 +3,24 @@ package manifests
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
+	"net/url"
+	"os"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	yaml3 "go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/stackflow-io/stackflow/github-action/gitcli"
+	"github.com/stackflow-io/stackflow/internal/redact"
 	"github.com/stackflow-io/stackflow/internal/revision"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
@@ -46,23 +51,38 @@ func key(namespace, name string) string {
 	return namespace + "/" + name
 }
 
+// Origin says how a commit that a shallow checkout lacks is fetched from
+// the repository's origin remote, and bounds every git command.
+type Origin struct {
+	// Timeout bounds each git command (the git-timeout input; 0: none).
+	Timeout time.Duration
+	// Token, when set, authenticates the fetch if origin is an https://
+	// URL on one of TokenHosts (the action passes its github-token and the
+	// host of GITHUB_SERVER_URL): a checkout made with
+	// persist-credentials: false keeps no credentials of its own. It is
+	// given to git through its environment, never on a command line.
+	Token      string
+	TokenHosts []string
+}
+
 // Load reads every YAML document under manifestsDir (relative to the
 // repository root; "" or "." for all of it) at commit sha of the
 // repository at repoDir. A commit missing from a shallow clone is fetched
-// first (git fetch --depth=1 origin <sha>). Files ending .yaml, .yml and
-// .json are read; documents other than pulumi.com Stacks and Programs and
-// v1 ConfigMaps are ignored; a file that does not parse as YAML is an error
-// (a broken Stack file must not hide a promotion).
-func Load(repoDir, manifestsDir, sha string) (Tree, error) {
+// first (git fetch --depth=1 origin <sha>; see Origin). Files ending .yaml,
+// .yml and .json are read; documents other than pulumi.com Stacks and
+// Programs and v1 ConfigMaps are ignored; a file that does not parse as
+// YAML is an error (a broken Stack file must not hide a promotion).
+func Load(ctx context.Context, repoDir, manifestsDir, sha string, o Origin) (Tree, error) {
 	t := Tree{Commit: sha, Stacks: map[string]StackDoc{}, ConfigMaps: map[string]*corev1.ConfigMap{}, Programs: map[string]*pulumiv1.Program{}}
-	if err := ensureCommit(repoDir, sha); err != nil {
+	if err := EnsureCommit(ctx, repoDir, sha, o); err != nil {
 		return t, err
 	}
-	files, err := listFiles(repoDir, sha, manifestsDir)
+	g := gitcli.Cmd{Dir: repoDir, Timeout: o.Timeout}
+	files, err := listFiles(ctx, g, sha, manifestsDir)
 	if err != nil {
 		return t, err
 	}
-	blobs, err := readBlobs(repoDir, files)
+	blobs, err := readBlobs(ctx, g, files)
 	if err != nil {
 		return t, err
 	}
@@ -148,13 +168,13 @@ func splitDocuments(b []byte) ([][]byte, error) {
 
 type treeFile struct{ path, oid string }
 
-func listFiles(repoDir, sha, dir string) ([]treeFile, error) {
+func listFiles(ctx context.Context, g gitcli.Cmd, sha, dir string) ([]treeFile, error) {
 	dir = strings.Trim(path.Clean("/"+dir), "/")
 	args := []string{"ls-tree", "-r", "-z", sha}
 	if dir != "" {
 		args = append(args, "--", dir+"/")
 	}
-	out, err := git(repoDir, args...)
+	out, err := g.Output(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +199,7 @@ func listFiles(repoDir, sha, dir string) ([]treeFile, error) {
 }
 
 // readBlobs reads the files' blobs with one `git cat-file --batch`.
-func readBlobs(repoDir string, files []treeFile) (map[string][]byte, error) {
+func readBlobs(ctx context.Context, g gitcli.Cmd, files []treeFile) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	if len(files) == 0 {
 		return out, nil
@@ -188,15 +208,15 @@ func readBlobs(repoDir string, files []treeFile) (map[string][]byte, error) {
 	for _, f := range files {
 		in.WriteString(f.oid + "\n")
 	}
-	cmd := exec.Command("git", "cat-file", "--batch")
-	cmd.Dir = repoDir
-	cmd.Stdin = &in
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("git cat-file: %v: %s", err, strings.TrimSpace(stderr.String()))
+	stdout, stderr, err := g.Run(ctx, &in, "cat-file", "--batch")
+	var te *gitcli.TimeoutError
+	if errors.As(err, &te) {
+		return nil, err
 	}
-	r := bufio.NewReader(&stdout)
+	if err != nil {
+		return nil, fmt.Errorf("git cat-file: %v: %s", err, strings.TrimSpace(stderr))
+	}
+	r := bufio.NewReader(strings.NewReader(stdout))
 	for range files {
 		header, err := r.ReadString('\n')
 		if err != nil {
@@ -219,28 +239,50 @@ func readBlobs(repoDir string, files []treeFile) (map[string][]byte, error) {
 	return out, nil
 }
 
-// ensureCommit fetches sha from origin when the repository lacks it (a
-// shallow checkout).
-func ensureCommit(repoDir, sha string) error {
-	if _, err := git(repoDir, "cat-file", "-e", sha+"^{commit}"); err == nil {
+// EnsureCommit fetches sha from origin when the repository at repoDir
+// lacks it (a shallow checkout); see Origin.
+func EnsureCommit(ctx context.Context, repoDir, sha string, o Origin) error {
+	g := gitcli.Cmd{Dir: repoDir, Timeout: o.Timeout}
+	if _, err := g.Output(ctx, "cat-file", "-e", sha+"^{commit}"); err == nil {
 		return nil
 	}
-	if _, err := git(repoDir, "fetch", "-q", "--depth=1", "--", "origin", sha); err != nil {
+	fetch := gitcli.Cmd{Dir: repoDir, Timeout: o.Timeout, Env: originEnviron(ctx, g, o)}
+	if _, err := fetch.Output(ctx, "fetch", "-q", "--depth=1", "--", "origin", sha); err != nil {
+		if o.Token != "" {
+			err = errors.New(redact.NewValues(o.Token, basicAuth(o.Token)).Text(err.Error()))
+		}
 		return fmt.Errorf("commit %s is not in %s and fetching it failed: %w", revision.Short(sha), repoDir, err)
 	}
-	if _, err := git(repoDir, "cat-file", "-e", sha+"^{commit}"); err != nil {
+	if _, err := g.Output(ctx, "cat-file", "-e", sha+"^{commit}"); err != nil {
 		return fmt.Errorf("commit %s: not a commit after fetching it", revision.Short(sha))
 	}
 	return nil
 }
 
-func git(dir string, args ...string) (string, error) {
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
+// originEnviron is git's environment for a fetch from origin: no prompts
+// and, when origin is an https:// URL on one of o.TokenHosts, o.Token as
+// an Authorization header scoped to that host (after an empty value, which
+// drops a header the checkout may have stored, so only one is sent).
+func originEnviron(ctx context.Context, g gitcli.Cmd, o Origin) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_CONFIG_COUNT=") && !strings.HasPrefix(kv, "GIT_CONFIG_KEY_") && !strings.HasPrefix(kv, "GIT_CONFIG_VALUE_") {
+			env = append(env, kv)
+		}
 	}
-	return stdout.String(), nil
+	env = append(env, "GIT_TERMINAL_PROMPT=0")
+	if o.Token == "" {
+		return env
+	}
+	raw, err := g.Output(ctx, "remote", "get-url", "origin")
+	if err != nil {
+		return env
+	}
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Scheme != "https" || u.Host == "" || !tokenAllowed(u, o.TokenHosts) {
+		return env
+	}
+	key := "http." + u.Scheme + "://" + u.Host + "/.extraHeader"
+	return append(env, "GIT_CONFIG_COUNT=2", "GIT_CONFIG_KEY_0="+key, "GIT_CONFIG_VALUE_0=",
+		"GIT_CONFIG_KEY_1="+key, "GIT_CONFIG_VALUE_1=Authorization: Basic "+basicAuth(o.Token))
 }

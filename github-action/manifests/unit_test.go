@@ -99,7 +99,7 @@ func TestLoad(t *testing.T) {
 		"outside/c.yaml":   stackYAML(""),
 		"m/other-kind.yml": "apiVersion: example.com/v1\nkind: Stack\nmetadata: {name: foreign}\n",
 	})
-	tr, err := Load(repo.Work, "m/", sha)
+	tr, err := Load(context.Background(), repo.Work, "m/", sha, Origin{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +112,14 @@ func TestLoad(t *testing.T) {
 	}
 
 	bad := repo.Commit(t, "broken", map[string]string{"m/broken.yaml": "a: [\n"})
-	if _, err := Load(repo.Work, "m", bad); err == nil || !strings.Contains(err.Error(), "m/broken.yaml at "+bad[:7]) {
+	if _, err := Load(context.Background(), repo.Work, "m", bad, Origin{}); err == nil || !strings.Contains(err.Error(), "m/broken.yaml at "+bad[:7]) {
 		t.Fatalf("broken YAML: %v", err)
 	}
 	dup := repo.Commit(t, "dup", map[string]string{"m/broken.yaml": "", "m/dup.yaml": stackYAML("")})
-	if _, err := Load(repo.Work, "m", dup); err == nil || !strings.Contains(err.Error(), "Stack ns/s is also in m/a.yaml") {
+	if _, err := Load(context.Background(), repo.Work, "m", dup, Origin{}); err == nil || !strings.Contains(err.Error(), "Stack ns/s is also in m/a.yaml") {
 		t.Fatalf("duplicate Stack: %v", err)
 	}
-	if _, err := Load(repo.Work, "m", sha2); err == nil {
+	if _, err := Load(context.Background(), repo.Work, "m", sha2, Origin{}); err == nil {
 		t.Fatal("a commit that exists nowhere loaded")
 	}
 }
@@ -144,7 +144,7 @@ func TestPlanWithoutClone(t *testing.T) {
 		{name: "programRef not in the tree", spec: "  programRef: {name: missing}\n", skip: true, notes: []string{Unresolved + "programRef: Program ns/missing"}},
 		{name: "no source", spec: "", skip: true, notes: []string{"names no program source"}},
 		{name: "programRef in the tree", spec: "  programRef: {name: p}\n  preview: true\n  config: {num: 3, s: str, o: {a: [1]}}\n  secrets: {pw: hunter2}\n" +
-			"  secretsRef:\n    lit: {type: Literal, literal: {value: l1}}\n    env: {type: Env, env: {name: TOKEN}}\n    file: {type: FS, filesystem: {path: /etc/x}}\n" +
+			"  secretsRef:\n    lit: {type: Literal, literal: {value: l1}}\n    env: {type: Env, Env: {name: TOKEN}}\n    file: {type: FS, filesystem: {path: /etc/x}}\n" +
 			"  configRef: {c: {name: nocm, key: k}}\n" +
 			"  envRefs:\n    A: {type: Literal, literal: {value: a}}\n    B: {type: Secret, secret: {name: sec, key: b}}\n  envSecrets: [es]\n  envs: [nocm]\n  environment: [esc-env]\n",
 			notes: []string{"spec.preview is true",

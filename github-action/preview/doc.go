@@ -40,6 +40,10 @@
 //   - Output is the CLI's preview output with the property-level diff
 //     (pulumi preview --diff: each changed property's old and new value,
 //     secrets shown as [secret] by the engine); Options.NoDiff leaves it out.
+//   - Options.Timeout bounds each preview (the preview-timeout input): a
+//     preview still running then is stopped (the Automation API interrupts
+//     the CLI's process group, then kills it) and its result is Failed,
+//     saying which input to raise; the others go on.
 //   - A Request with Skip set runs nothing and gives a Skipped (not
 //     previewed) result; one
 //     with Err set gives a Failed result: planners (the manifests mode) hand

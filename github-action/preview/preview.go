@@ -92,6 +92,11 @@ type Options struct {
 	// from the Output, which otherwise shows each changed property's old
 	// and new values (secrets as [secret]).
 	NoDiff bool
+	// Timeout bounds each request's preview, from selecting the stack to
+	// the end of `pulumi preview` (the preview-timeout input; 0: none). A
+	// preview still running then is stopped (the CLI is interrupted, then
+	// killed) and its result is Failed, saying so; the others go on.
+	Timeout time.Duration
 }
 
 // Run previews each request with the pulumi CLI on PATH; see Options.Run.
@@ -204,6 +209,18 @@ func (o Options) one(ctx context.Context, r Request, secrets redact.Values) (res
 		return res
 	}
 	res = base(r)
+	if o.Timeout > 0 {
+		parent := ctx
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		defer func() {
+			if res.Status != result.Succeeded && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				res.Status = result.Failed
+				res.Error = fmt.Sprintf("the preview did not finish within %s (the preview-timeout input): stopped", o.Timeout)
+			}
+		}()
+	}
 	defer func() {
 		if res.Key == "" {
 			res.Key = defaultKey(res.Project, res.Stack)

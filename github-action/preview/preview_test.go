@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 
@@ -229,4 +231,43 @@ func TestStackSecretsMasked(t *testing.T) {
 	if strings.Join(masked, "|") != secret {
 		t.Errorf("Mask got %q, want the stack's secret", masked)
 	}
+}
+
+// TestPreviewTimeout: a preview whose program never finishes (it reads a
+// FIFO no one writes to) fails within the preview timeout, saying so, while
+// the other stack's preview succeeds.
+func TestPreviewTimeout(t *testing.T) {
+	pe := substrate.NewPulumi(t)
+	fifo := filepath.Join(t.TempDir(), "never")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// A reader still blocked (a program that outlived the timeout)
+		// is let go, so the test leaves no process behind.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	hung := writeProgram(t, "name: hung\nruntime: yaml\nresources:\n  rec:\n    type: stackflowtest:index:Record\n    properties:\n      name: hung\n      content:\n        fn::readFile: "+fifo+"\n")
+	ok := writeProgram(t, program)
+	const timeout = 30 * time.Second
+	start := time.Now()
+	rs := Options{PulumiCommand: pe.Command(t), Env: pe.EnvVars(), Timeout: timeout}.Run(context.Background(), []Request{
+		{WorkDir: hung, Stack: "dev"},
+		{WorkDir: ok, Stack: "dev", Config: map[string]ConfigValue{"recordName": {Value: "r"}, "content": {Value: "c"}}},
+	}, 2)
+	took := time.Since(start)
+	if rs[0].Status != result.Failed || rs[0].Error != "the preview did not finish within 30s (the preview-timeout input): stopped" {
+		t.Errorf("hung: %s %q", rs[0].Status, rs[0].Error)
+	}
+	if rs[1].Status != result.Succeeded {
+		t.Errorf("ok: %s %q", rs[1].Status, rs[1].Error)
+	}
+	// The CLI gets 10 s to stop after its interrupt, the stack made for the
+	// preview is removed, the event log is drained: well under a minute.
+	if took > timeout+50*time.Second {
+		t.Errorf("the previews took %s", took)
+	}
+	t.Logf("the previews took %s", took)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,10 +42,21 @@ type CommentOptions struct {
 	// the pull request changes in one job, so a Stack it no longer changes
 	// loses its section.
 	Scope string
+	// OutdateScope, when set, marks outdated each existing section of that
+	// scope that the new sections do not replace and that another run
+	// wrote (its URL is not RunURL; nothing is marked without a RunURL):
+	// program mode, where the jobs of one run (a matrix) share a scope and
+	// each writes only its own stacks, so a stack no longer previewed
+	// (a run with dev and prod, then one with dev) shows as outdated
+	// instead of passing for current.
+	OutdateScope string
 	// Limit is the maximum length (Len); default MaxCommentLen. Tests use
 	// smaller limits.
 	Limit int
 }
+
+// NotPreviewedByThisRun is the reason CommentOptions.OutdateScope gives.
+const NotPreviewedByThisRun = "not previewed by the latest run of this workflow (its stacks no longer include this one, or its job has not written yet)"
 
 // Parsed is one section found in a comment body.
 type Parsed struct {
@@ -277,7 +289,19 @@ func Comment(existing string, sections []string, o CommentOptions) (string, erro
 			}
 		}
 	}
-	for key, reason := range o.Outdated {
+	outdated := o.Outdated
+	if o.OutdateScope != "" && o.RunURL != "" {
+		outdated = maps.Clone(o.Outdated)
+		if outdated == nil {
+			outdated = map[string]string{}
+		}
+		for k, p := range byKey {
+			if _, set := outdated[k]; !set && p.info.Scope == o.OutdateScope && !seen[k] && p.info.URL != o.RunURL {
+				outdated[k] = NotPreviewedByThisRun
+			}
+		}
+	}
+	for key, reason := range outdated {
 		p, ok := byKey[key]
 		if !ok || p.info.Outdated {
 			continue

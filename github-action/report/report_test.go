@@ -375,3 +375,51 @@ func TestRefusedSection(t *testing.T) {
 		t.Errorf("summary:\n%s", sum)
 	}
 }
+
+// TestOutdateScope: program mode's sections of a stack that the latest run
+// does not preview (a run with dev and prod, then one with dev only) are
+// marked outdated; those another job of the same run wrote (a matrix) are
+// not, nor are other scopes'; a job that writes the stack again clears it.
+func TestOutdateScope(t *testing.T) {
+	const scope = "program:.github/workflows/preview.yml:/infra"
+	run := func(n string) string { return "https://github.com/acme/infra/actions/runs/" + n }
+	section := func(stack, runURL, sc string) string {
+		return Section(result.Result{Key: "web/" + stack, Project: "web", Stack: stack, Status: result.Succeeded}, SectionOptions{RunURL: runURL, Scope: sc})
+	}
+	outdated := func(body string) string {
+		var ks []string
+		for _, p := range Sections(body) {
+			if p.Info.Outdated {
+				ks = append(ks, p.Key)
+			}
+		}
+		return strings.Join(ks, " ")
+	}
+	merge := func(body, runURL string, sections ...string) string {
+		t.Helper()
+		b, err := Comment(body, sections, CommentOptions{RunURL: runURL, OutdateScope: scope})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	body := merge("", run("1"), section("dev", run("1"), scope), section("prod", run("1"), scope), section("qa", run("1"), "program:other.yml:/infra"))
+	if got := outdated(body); got != "" {
+		t.Fatalf("first run: outdated %q", got)
+	}
+	// Run 2 previews dev only: prod goes outdated, qa (another scope) not.
+	body = merge(body, run("2"), section("dev", run("2"), scope))
+	if got := outdated(body); got != "web/prod" || !strings.Contains(body, NotPreviewedByThisRun) {
+		t.Fatalf("run 2: outdated %q:\n%s", got, body)
+	}
+	// Run 3 is a matrix: its prod job writes first, then its dev job.
+	body = merge(body, run("3"), section("prod", run("3"), scope))
+	body = merge(body, run("3"), section("dev", run("3"), scope))
+	if got := outdated(body); got != "" {
+		t.Fatalf("run 3: outdated %q", got)
+	}
+	// Without a run URL nothing can be told apart: nothing is marked.
+	if b, _ := Comment(body, []string{section("dev", "", scope)}, CommentOptions{OutdateScope: scope}); outdated(b) != "" {
+		t.Fatalf("no run URL: outdated %q", outdated(b))
+	}
+}

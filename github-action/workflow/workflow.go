@@ -1,6 +1,9 @@
 // Package workflow holds the Actions runner's file and stdout commands the
 // action uses: outputs in the heredoc format ($GITHUB_OUTPUT), the job
-// summary ($GITHUB_STEP_SUMMARY), ::warning::, ::error:: and ::add-mask::.
+// summary ($GITHUB_STEP_SUMMARY), ::warning::, ::error:: and ::add-mask::,
+// and plain log lines. It is the one place the action writes to the
+// workflow log, and it escapes every message so that no text from a pull
+// request can start a workflow command.
 //
 // It imports the standard library only.
 package workflow
@@ -12,6 +15,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode"
 )
 
 // SetOutputs appends outputs to the $GITHUB_OUTPUT file in the runner's
@@ -60,10 +64,43 @@ func delimiter(value string) string {
 	}
 }
 
-// escapeData escapes a command's message as the runner expects.
+// Every line the action writes to the workflow log goes through this file:
+// Info, Warning, Error and Mask. The runner reads each line of a step's
+// output as a possible workflow command ("::name::…", and the older
+// "##[name]…") after trimming its leading white space, and text from a pull
+// request (a Stack's metadata.name, a project's name, an error quoting a
+// manifest) could otherwise start one: a newline followed by "::error::…"
+// forges an annotation, "::stop-commands::…" switches command processing off
+// for the rest of the step (so ::add-mask:: would no longer mask anything),
+// "::add-mask::…" hides chosen words from the log. So every message is
+// escaped as the runner expects (%, CR and LF), which keeps it on its line,
+// and a line of its own (Info) that would still start a command has its
+// first character escaped too. (The action writes no command properties,
+// file= or title=, whose values would also need ":" and "," escaped.)
+
+// escapeData escapes a command's message as the runner expects: a message
+// holding "%", CR or LF can then never end its line.
 func escapeData(s string) string {
 	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
 }
+
+// inert escapes a plain log line (escapeData) and, when what is left would
+// still start a workflow command once the runner trims its leading white
+// space ("::" or "##["), its first character: "%3A:…", "%23#[…".
+func inert(s string) string {
+	s = escapeData(s)
+	t := strings.TrimLeftFunc(s, unicode.IsSpace)
+	switch {
+	case strings.HasPrefix(t, "::"):
+		return s[:len(s)-len(t)] + "%3A" + t[1:]
+	case strings.HasPrefix(t, "##["):
+		return s[:len(s)-len(t)] + "%23" + t[1:]
+	}
+	return s
+}
+
+// Info prints a plain line: it can never be read as a workflow command.
+func Info(w io.Writer, msg string) { fmt.Fprintf(w, "%s\n", inert(msg)) }
 
 // Warning prints a ::warning:: annotation.
 func Warning(w io.Writer, msg string) { fmt.Fprintf(w, "::warning::%s\n", escapeData(msg)) }

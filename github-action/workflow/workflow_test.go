@@ -58,3 +58,52 @@ func TestCommands(t *testing.T) {
 		t.Fatalf("got %q", b.String())
 	}
 }
+
+// TestNoForgedCommands: whatever a message holds (text from a pull request:
+// a Stack's name, a project's name, an error quoting a manifest), each call
+// writes exactly the one command it is for, and Info none.
+func TestNoForgedCommands(t *testing.T) {
+	hostile := []string{
+		"web\n::error::forged",
+		"web\r::stop-commands::pwned",
+		"web\r\n  ::add-mask::success",
+		"::error title=x::forged",
+		"  ::warning::forged",
+		"\u00a0::notice::forged",
+		"##[error]forged",
+		" \t##[set-output name=x]forged",
+		"%0A::error::already escaped",
+		"dev/web\n##[group]forged\n::endgroup::",
+	}
+	for _, msg := range hostile {
+		for _, tt := range []struct {
+			name  string
+			write func(*bytes.Buffer)
+			want  []string
+		}{
+			{"Info", func(b *bytes.Buffer) { Info(b, msg) }, nil},
+			{"Info with a prefix", func(b *bytes.Buffer) { Info(b, "Result "+msg) }, nil},
+			{"Warning", func(b *bytes.Buffer) { Warning(b, msg) }, []string{"warning"}},
+			{"Error", func(b *bytes.Buffer) { Error(b, msg) }, []string{"error"}},
+		} {
+			var b bytes.Buffer
+			tt.write(&b)
+			var got []string
+			for _, c := range Commands(b.String()) {
+				got = append(got, c.Name)
+			}
+			if strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("%s(%q) wrote commands %v, want %v:\n%s", tt.name, msg, got, tt.want, b.String())
+			}
+			if strings.Count(b.String(), "\n") != 1 || strings.Contains(b.String(), "\r") {
+				t.Errorf("%s(%q) wrote more than one line: %q", tt.name, msg, b.String())
+			}
+		}
+	}
+	// The text stays readable: the escapes are the runner's own.
+	var b bytes.Buffer
+	Info(&b, "::error::x")
+	if b.String() != "%3A:error::x\n" {
+		t.Errorf("Info wrote %q", b.String())
+	}
+}
