@@ -75,7 +75,14 @@ func main() {
 	fs.DurationVar(&opts.PrepareTimeout, "prepare-timeout", agent.DefaultPrepareTimeout, "the longest a preparation of the program may take — the fetch and pulumi install, at start and for each in-place checkout; one still running then is stopped and fails (SourceUnavailable while fetching, InstallationFailed while installing, with the install's last output line, redacted)")
 	fs.DurationVar(&opts.Source.GitLimits.IdleTimeout, strings.TrimPrefix(gitremote.IdleTimeoutFlag, "--"), gitremote.DefaultIdleTimeout, "a git server that sends nothing for this long fails the fetch, which the operator asks for again; the fetch as a whole is bounded by --prepare-timeout")
 	fs.Var(&fetchBytes, strings.TrimPrefix(gitremote.MaxFetchBytesFlag, "--"), "the most a fetch of a revision reads from the git server, e.g. 4Gi; a server sending more fails it")
+	var apiHosts string
+	fs.StringVar(&apiHosts, "github-api-hosts", "", "comma-separated hosts (host or host:port) besides api.github.com that a GitHub App's apiURL may name (GitHub Enterprise Server); the operator passes its own --github-api-hosts. An App naming another host fails the fetch before anything is sent")
 	_ = fs.Parse(os.Args[2:])
+	for _, h := range strings.Split(apiHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			gitauth.DefaultAppTokens.APIHosts = append(gitauth.DefaultAppTokens.APIHosts, h)
+		}
+	}
 	opts.Source.GitLimits.MaxBytes = int64(fetchBytes)
 	opts.Source.GitLimits.IdleFlag, opts.Source.GitLimits.BytesFlag = gitremote.IdleTimeoutFlag, gitremote.MaxFetchBytesFlag
 	explicit := false

@@ -156,9 +156,9 @@ func TestAppTokenRedactionStaysBounded(t *testing.T) {
 	gh.TokenTTL = 4 * time.Minute
 	// The agent exchanges through gitauth.DefaultAppTokens; its client
 	// trusts the fake GitHub's test authority for this test.
-	saved := gitauth.DefaultAppTokens.Client
-	gitauth.DefaultAppTokens.Client = gh.Client()
-	t.Cleanup(func() { gitauth.DefaultAppTokens.Client = saved })
+	saved, savedHosts := gitauth.DefaultAppTokens.Client, gitauth.DefaultAppTokens.APIHosts
+	gitauth.DefaultAppTokens.Client, gitauth.DefaultAppTokens.APIHosts = gh.Client(), []string{gh.Addr}
+	t.Cleanup(func() { gitauth.DefaultAppTokens.Client, gitauth.DefaultAppTokens.APIHosts = saved, savedHosts })
 	var mu sync.Mutex
 	var used []string // the installation tokens the git server accepted, in order
 	repo, srv := gitrepo.NewServedHTTP(t, "infra.git", func(user, password string) bool {

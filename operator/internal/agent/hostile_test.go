@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,4 +92,33 @@ func TestCheckoutOfAnotherRefIsNotHeld(t *testing.T) {
 		t.Fatal("the second Checkout is still held by the first a minute later")
 	}
 	s.cancelAll()
+}
+
+// TestCheckoutRefusesAnAppOfAnotherHost: an agent exchanges a GitHub App's
+// token only with GitHub.com's API or a host of its --github-api-hosts,
+// whoever wrote the Workspace: a hand-written one naming another host fails
+// the checkout before anything is sent. Before, the agent checked the
+// apiURL's form only.
+func TestCheckoutRefusesAnAppOfAnotherHost(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var reached atomic.Bool
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			reached.Store(true)
+			c.Close()
+		}
+	}()
+	s := checkoutServer(t, "https://git.example/repo.git")
+	s.source.GitAuth = gitauth.Credentials{GitHubApp: &gitauth.GitHubApp{AppID: "1", InstallationID: "2", PrivateKey: "unused", APIURL: "https://" + l.Addr().String()}}
+	st := endedCheckout(t, s, &agentv1.CheckoutRequest{GitRef: "release"})
+	if st.GetState() != agentv1.CheckoutState_CHECKOUT_STATE_FAILED || !strings.Contains(st.GetMessage(), "is not one Stackflow may reach for GitHub Apps") {
+		t.Fatalf("checkout = %v; want it refused for the apiURL's host", st)
+	}
+	if reached.Load() {
+		t.Fatal("the agent connected to the host it refused")
+	}
 }

@@ -20,14 +20,26 @@ import (
 )
 
 // TestCheckAPIURL: only an https URL of a host, whose path is empty or ends
-// in /api/v3, with no user info, query or fragment, is ever sent a JWT; with
-// an allowlist, only its hosts.
+// in /api/v3, with no user info, query or fragment, is ever sent a JWT, and
+// only GitHub.com's API or a host of the allowlist (--github-api-hosts).
+// Before, with no allowlist configured (the default), any https host and
+// port was accepted: a Stack author could make the operator POST to any
+// address and read dial errors from status, an internal port scanner.
 func TestCheckAPIURL(t *testing.T) {
+	// formHosts allow the hosts of the cases about the URL's form.
+	formHosts := []string{"ghe.example.com", "ghe.example.com:8443", "10.0.0.7", "proxy.example.com", "metadata.internal", "[::1]"}
 	for _, tc := range []struct {
-		url   string
-		hosts []string
-		say   string // "" accepted; else a part of the error
+		url     string
+		hosts   []string
+		noHosts bool   // the default: no --github-api-hosts
+		say     string // "" accepted; else a part of the error
 	}{
+		{url: "", noHosts: true},
+		{url: "https://api.github.com", noHosts: true},
+		{url: "https://api.github.com:443/", noHosts: true},
+		{url: "https://ghe.example.com/api/v3", noHosts: true, say: "host ghe.example.com is not one Stackflow may reach for GitHub Apps: api.github.com, and the GitHub Enterprise Server hosts of --github-api-hosts (none)"},
+		{url: "https://127.0.0.1:6443/api/v3", noHosts: true, say: "host 127.0.0.1:6443 is not one"},
+		{url: "https://api.github.com:8443", noHosts: true, say: "host api.github.com:8443 is not one"},
 		{url: ""},
 		{url: "https://api.github.com"},
 		{url: "https://api.github.com/"},
@@ -56,12 +68,16 @@ func TestCheckAPIURL(t *testing.T) {
 		{url: "https://ghe.example.com:443/api/v3", hosts: []string{"ghe.example.com"}},
 		{url: "https://ghe.example.com:8443/api/v3", hosts: []string{"ghe.example.com:8443"}},
 		{url: "", hosts: []string{"ghe.example.com"}},
-		{url: "https://api.github.com", hosts: []string{"ghe.example.com"}, say: "host api.github.com is not one the operator may reach for GitHub Apps (--github-api-hosts: ghe.example.com)"},
+		{url: "https://api.github.com", hosts: []string{"ghe.example.com"}},
 		{url: "https://ghe.example.com:8443/api/v3", hosts: []string{"ghe.example.com"}, say: "host ghe.example.com:8443 is not one"},
-		{url: "https://kube-apiserver.internal/api/v3", hosts: []string{"ghe.example.com", "api.github.com"}, say: "is not one the operator may reach"},
+		{url: "https://kube-apiserver.internal/api/v3", hosts: []string{"ghe.example.com", "api.github.com"}, say: "is not one Stackflow may reach for GitHub Apps: api.github.com, and the GitHub Enterprise Server hosts of --github-api-hosts (ghe.example.com, api.github.com)"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			err := CheckAPIURL(tc.url, tc.hosts)
+			hosts := tc.hosts
+			if hosts == nil && !tc.noHosts {
+				hosts = formHosts
+			}
+			err := CheckAPIURL(tc.url, hosts)
 			switch {
 			case tc.say == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -82,7 +98,7 @@ func FuzzCheckAPIURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		if raw == "" || CheckAPIURL(raw, nil) != nil {
+		if u, err := apiURLForm(raw); u == nil || err != nil {
 			return
 		}
 		u, err := url.Parse(raw + "/app/installations/1/access_tokens")
@@ -165,7 +181,7 @@ func TestTokenErrorFromHostileAnswer(t *testing.T) {
 	client.CheckRedirect = defaultAppClient.CheckRedirect
 
 	app := GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: hostile.URL}
-	_, err := (&AppTokens{Client: client}).Token(context.Background(), app)
+	_, err := (&AppTokens{Client: client, APIHosts: []string{strings.TrimPrefix(hostile.URL, "https://")}}).Token(context.Background(), app)
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -185,7 +201,7 @@ func TestTokenErrorFromHostileAnswer(t *testing.T) {
 	}
 
 	app.APIURL = hostile.URL + "/redirect/api/v3"
-	_, err = (&AppTokens{Client: client}).Token(context.Background(), app)
+	_, err = (&AppTokens{Client: client, APIHosts: []string{strings.TrimPrefix(hostile.URL, "https://")}}).Token(context.Background(), app)
 	if err == nil || !strings.Contains(err.Error(), "answered 307") {
 		t.Fatalf("redirect: %v, want the 307 reported", err)
 	}

@@ -68,9 +68,9 @@ func TestGitHubAppEndToEnd(t *testing.T) {
 	gh := fakegithub.NewApp(t, "31337", "4001")
 	// The resolver and the agent exchange tokens through the process's
 	// default AppTokens: have it trust the fake's certificate.
-	saved := gitauth.DefaultAppTokens.Client
-	gitauth.DefaultAppTokens.Client = gh.Client()
-	t.Cleanup(func() { gitauth.DefaultAppTokens.Client = saved })
+	saved, savedHosts := gitauth.DefaultAppTokens.Client, gitauth.DefaultAppTokens.APIHosts
+	gitauth.DefaultAppTokens.Client, gitauth.DefaultAppTokens.APIHosts = gh.Client(), []string{gh.Addr}
+	t.Cleanup(func() { gitauth.DefaultAppTokens.Client, gitauth.DefaultAppTokens.APIHosts = saved, savedHosts })
 	repo, srv := gitrepo.NewServedHTTP(t, "app.git", gh.Authorize)
 	want := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program})
 	url := repo.HTTPURL(srv)

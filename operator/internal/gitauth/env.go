@@ -191,7 +191,7 @@ func FromEnv(getenv func(string) string) (Credentials, error) {
 		sort.Strings(missing)
 		return Credentials{}, fmt.Errorf("GitHub App credentials are incomplete: %s not set", strings.Join(missing, ", "))
 	}
-	if err := app.validate(); err != nil {
+	if err := app.validateFields(); err != nil {
 		return Credentials{}, err
 	}
 	c.GitHubApp = &app

@@ -135,7 +135,7 @@ func FuzzFromEnv(f *testing.F) {
 			return
 		}
 		if c.GitHubApp != nil {
-			if err := c.GitHubApp.validate(); err != nil {
+			if err := c.GitHubApp.validateFields(); err != nil {
 				t.Fatalf("decoded an invalid App: %v", err)
 			}
 			if strings.Trim(c.GitHubApp.InstallationID, "0123456789") != "" {

@@ -36,15 +36,27 @@ const (
 )
 
 // validate checks what must hold before a request is made: the installation
-// ID becomes part of a URL path, and the API URL is where the request goes.
-func (a GitHubApp) validate() error {
+// ID becomes part of a URL path, and the API URL is where the request goes
+// (one of hosts, besides GitHub.com's API).
+func (a GitHubApp) validate(hosts []string) error {
+	if err := a.validateFields(); err != nil {
+		return err
+	}
+	return CheckAPIURL(a.APIURL, hosts)
+}
+
+// validateFields checks the App's fields alone: the IDs, and the apiURL's
+// form (its host is checked where the allowed hosts are known, before the
+// exchange).
+func (a GitHubApp) validateFields() error {
 	if a.AppID == "" {
 		return &CredentialsError{msg: "githubApp.appID is empty"}
 	}
 	if a.InstallationID == "" || strings.Trim(a.InstallationID, "0123456789") != "" {
 		return &CredentialsError{msg: "githubApp.installationID must be the installation's numeric ID"}
 	}
-	return CheckAPIURL(a.APIURL, nil)
+	_, err := apiURLForm(a.APIURL)
+	return err
 }
 
 // APIURLRule says what CheckAPIURL, and the CRDs' validation of
@@ -59,31 +71,50 @@ const APIURLPattern = `^https://[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?([.][A-Za-
 
 var apiURLPattern = regexp.MustCompile(APIURLPattern)
 
+// DefaultGitHubAPIHost is GitHub.com's API host, which an apiURL may
+// always name.
+const DefaultGitHubAPIHost = "api.github.com"
+
 // CheckAPIURL checks a GitHub App's apiURL before anything is sent to it:
 // the token exchange POSTs a JWT there and reports part of the answer, so
 // whoever writes a Stack must not be able to point it at any URL the
-// operator can reach. It must be https with a host, no user info, query or
-// fragment (a "?" or "#" would cut off the path the operator appends), and a
-// path that is empty or ends in /api/v3 (APIURLPattern). With hosts (the
-// operator's --github-api-hosts) its host must be one of them: an entry
-// without a port allows the host on port 443 only. An empty apiURL means
-// GitHub.com's API and is always allowed. The error names the field and
-// never repeats the URL's user info.
+// operator or an agent can reach. It must be https with a host, no user
+// info, query or fragment (a "?" or "#" would cut off the path the operator
+// appends), and a path that is empty or ends in /api/v3 (APIURLPattern). Its
+// host must be GitHub.com's API or one of hosts (the operator's and agents'
+// --github-api-hosts, for GitHub Enterprise Server): an entry without a port
+// allows the host on port 443 only. An empty apiURL means GitHub.com's API.
+// The error names the field and never repeats the URL's user info.
 func CheckAPIURL(raw string, hosts []string) error {
+	u, err := apiURLForm(raw)
+	if err != nil || u == nil {
+		return err
+	}
+	if !hostAllowed(u, append([]string{DefaultGitHubAPIHost}, hosts...)) {
+		configured := strings.Join(hosts, ", ")
+		if configured == "" {
+			configured = "none"
+		}
+		return &CredentialsError{msg: fmt.Sprintf("githubApp.apiURL: host %s is not one Stackflow may reach for GitHub Apps: %s, and the GitHub Enterprise Server hosts of --github-api-hosts (%s)",
+			u.Host, DefaultGitHubAPIHost, configured)}
+	}
+	return nil
+}
+
+// apiURLForm parses an apiURL of the acceptable form (APIURLPattern); nil
+// for an empty one.
+func apiURLForm(raw string) (*url.URL, error) {
 	if raw == "" {
-		return nil
+		return nil, nil
 	}
 	if !apiURLPattern.MatchString(raw) {
-		return &CredentialsError{msg: APIURLRule + apiURLHint(raw)}
+		return nil, &CredentialsError{msg: APIURLRule + apiURLHint(raw)}
 	}
 	u, err := url.Parse(raw)
 	if err != nil { // the pattern admits only parsable URLs
-		return &CredentialsError{msg: APIURLRule}
+		return nil, &CredentialsError{msg: APIURLRule}
 	}
-	if len(hosts) > 0 && !hostAllowed(u, hosts) {
-		return &CredentialsError{msg: fmt.Sprintf("githubApp.apiURL: host %s is not one the operator may reach for GitHub Apps (--github-api-hosts: %s)", u.Host, strings.Join(hosts, ", "))}
-	}
-	return nil
+	return u, nil
 }
 
 // apiURLHint says what is wrong with a refused apiURL, when it can tell.
@@ -158,6 +189,9 @@ type AppTokens struct {
 	// Client makes the exchange; default a client with a 30 s timeout that
 	// honours the proxy environment variables.
 	Client *http.Client
+	// APIHosts are the hosts besides GitHub.com's API an App's apiURL may
+	// name (CheckAPIURL): the operator's and agents' --github-api-hosts.
+	APIHosts []string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
@@ -190,7 +224,7 @@ func (a *AppTokens) now() time.Time {
 // exchange. Concurrent first calls may both exchange (harmless: GitHub
 // issues several tokens); the lock is not held across the request.
 func (a *AppTokens) Token(ctx context.Context, app GitHubApp) (string, error) {
-	if err := app.validate(); err != nil {
+	if err := app.validate(a.APIHosts); err != nil {
 		return "", err
 	}
 	key := Credentials{GitHubApp: &app}.Fingerprint()
@@ -274,13 +308,12 @@ func (a *AppTokens) exchange(ctx context.Context, app GitHubApp) (appToken, erro
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		// *url.Error names the endpoint (no credentials in it) and the cause.
-		return appToken{}, fmt.Errorf("GitHub App installation token: %w", err)
+		return appToken{}, unreachable(ctx, app)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
-		return appToken{}, fmt.Errorf("GitHub App installation token from %s: read response: %w", app.api(), err)
+		return appToken{}, unreachable(ctx, app)
 	}
 	if resp.StatusCode != http.StatusCreated {
 		return appToken{}, tokenError(resp.StatusCode, body, app, signed)
@@ -293,6 +326,18 @@ func (a *AppTokens) exchange(ctx context.Context, app GitHubApp) (appToken, erro
 		return appToken{}, fmt.Errorf("GitHub App installation token from %s: the response has no token and expires_at", app.api())
 	}
 	return appToken{token: out.Token, expires: out.ExpiresAt}, nil
+}
+
+// unreachable is the one error of an exchange that got no whole answer,
+// whatever happened on the way (no route, refused, reset, timed out, a bad
+// certificate): a Stack author who picks the apiURL learns nothing more
+// from it about what listens where. The caller's own context ending is
+// said as such.
+func unreachable(ctx context.Context, app GitHubApp) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("GitHub App installation token: %w", err)
+	}
+	return fmt.Errorf("GitHub App installation token: no answer from %s", app.api())
 }
 
 // maxRemoteMessage bounds the part of the API's answer a TokenError

@@ -3,6 +3,9 @@ package gitauth
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -54,7 +57,7 @@ func TestAppTokensCacheAndRefresh(t *testing.T) {
 	clk := &clock{t: time.Now()}
 	gh := fakegithub.NewApp(t, "4242", "777")
 	gh.Now = clk.now
-	tokens := &AppTokens{Now: clk.now, Client: gh.Client()}
+	tokens := &AppTokens{Now: clk.now, Client: gh.Client(), APIHosts: []string{gh.Addr}}
 	app := GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: gh.URL}
 	ctx := context.Background()
 
@@ -140,7 +143,7 @@ func TestAppTokensErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := gh.Calls()
-			_, err := (&AppTokens{Client: gh.Client()}).Token(ctx, tc.app)
+			_, err := (&AppTokens{Client: gh.Client(), APIHosts: []string{gh.Addr, "127.0.0.1:1"}}).Token(ctx, tc.app)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -173,7 +176,7 @@ func TestAppTokensErrors(t *testing.T) {
 func TestMethodGitHubApp(t *testing.T) {
 	gh := fakegithub.NewApp(t, "1", "2")
 	c := Credentials{GitHubApp: &GitHubApp{AppID: "1", InstallationID: "2", PrivateKey: gh.KeyPEM, APIURL: gh.URL + "/"}}
-	m, err := c.Method(context.Background(), &AppTokens{Client: gh.Client()})
+	m, err := c.Method(context.Background(), &AppTokens{Client: gh.Client(), APIHosts: []string{gh.Addr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,5 +186,67 @@ func TestMethodGitHubApp(t *testing.T) {
 	}
 	if strings.Contains(m.String(), pass) {
 		t.Fatalf("the method's String() shows the token: %s", m)
+	}
+}
+
+// TestUnreachableAPIsSayTheSame: whatever keeps an allowed apiURL from
+// answering — nothing listening, a server that never answers, one that is
+// not TLS, one whose certificate is not trusted — the error says the same,
+// so that a Stack author choosing the apiURL learns nothing of what listens
+// where. Before, the transport's own text (connection refused, i/o timeout,
+// a TLS record or certificate error) reached the Stack's status.
+func TestUnreachableAPIsSayTheSame(t *testing.T) {
+	gh := fakegithub.NewApp(t, "4242", "777")
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedAddr := refused.Addr().String()
+	refused.Close()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	plain := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(plain.Close)
+	untrusted := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(untrusted.Close)
+	hosts := map[string]string{
+		"refused": refusedAddr, "silent": silent.Addr().String(),
+		"not TLS": strings.TrimPrefix(plain.URL, "http://"), "untrusted": strings.TrimPrefix(untrusted.URL, "https://"),
+	}
+	client := gh.Client()
+	client.Timeout = 2 * time.Second
+	var allowed []string
+	for _, h := range hosts {
+		allowed = append(allowed, h)
+	}
+	tokens := &AppTokens{Client: client, APIHosts: allowed}
+	said := map[string]string{}
+	for what, host := range hosts {
+		_, err := tokens.Token(context.Background(), GitHubApp{AppID: "4242", InstallationID: "777", PrivateKey: gh.KeyPEM, APIURL: "https://" + host})
+		if err == nil {
+			t.Fatalf("%s: no error", what)
+		}
+		said[what] = strings.ReplaceAll(err.Error(), host, "<host>")
+		if IsPermanent(err) {
+			t.Errorf("%s: %v is permanent; the API may answer later", what, err)
+		}
+	}
+	want := "GitHub App installation token: no answer from https://<host>"
+	for what, msg := range said {
+		if msg != want {
+			t.Errorf("%s: %q, want %q", what, msg, want)
+		}
 	}
 }

@@ -63,6 +63,9 @@ type Shared struct {
 	List ListFunc
 	// Limits bound each listing (ListBranches).
 	Limits gitremote.Limits
+	// Tokens exchanges GitHub App credentials for installation tokens (and
+	// keeps them); default gitauth.DefaultAppTokens.
+	Tokens *gitauth.AppTokens
 	// MaxListings and MaxListingsPerNamespace bound the listings under way;
 	// defaults DefaultMaxListings and DefaultMaxListingsPerNamespace.
 	MaxListings, MaxListingsPerNamespace int
@@ -191,17 +194,24 @@ func (s *Shared) Resolve(_ context.Context, req Request) (string, error) {
 // Branch returns the head of branch in the repository at url from a listing
 // within its TTL, waiting for one to be made if needed.
 func (s *Shared) Branch(ctx context.Context, url, branch string, auth gitauth.Credentials) (string, error) {
-	for {
-		sha, err, ready := s.resolve(Request{URL: url, Branch: branch, Auth: auth}, true)
-		if ready == nil {
-			return sha, err
-		}
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
+	req := Request{URL: url, Branch: branch, Auth: auth}
+	sha, err, ready := s.resolve(req, true)
+	if ready == nil {
+		return sha, err
 	}
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	// The listing waited for is the answer, however short the TTL.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[key(url, auth)]
+	if e == nil || !e.done {
+		return "", fmt.Errorf("the listing of %s was dropped", redact.URLCredentials(url))
+	}
+	return e.answer(req, s.now(), s.listingBound())
 }
 
 // resolve answers req from the repository's listing, starting one when the
@@ -319,7 +329,7 @@ func (s *Shared) start(k string, e *entry, now time.Time) {
 			limits.Timeout = gitremote.DefaultListTimeout
 		}
 		list = func(ctx context.Context, url string, auth gitauth.Credentials) (map[string]string, error) {
-			return ListBranches(ctx, url, auth, limits)
+			return ListBranches(ctx, url, auth, s.Tokens, limits)
 		}
 	}
 	url, auth, ns := e.url, e.auth, e.ns
@@ -466,13 +476,11 @@ func (s *Shared) InvalidateOnce(url, token string) {
 	s.Invalidate(url)
 }
 
-// Tokens exchanges GitHub App credentials for installation tokens for every
-// listing of the operator (their cache).
-var Tokens = gitauth.DefaultAppTokens
-
 // ListBranches lists a repository's branch heads with ls-remote semantics,
-// within limits. Errors name the repository without its user info.
-func ListBranches(ctx context.Context, url string, auth gitauth.Credentials, limits gitremote.Limits) (map[string]string, error) {
+// within limits, exchanging GitHub App credentials with tokens (nil:
+// gitauth.DefaultAppTokens). Errors name the repository without its user
+// info.
+func ListBranches(ctx context.Context, url string, auth gitauth.Credentials, tokens *gitauth.AppTokens, limits gitremote.Limits) (map[string]string, error) {
 	what := "list references of " + redact.URLCredentials(url)
 	if limits.Timeout > 0 {
 		// The token exchange (GitHub Apps) counts against the bound too.
@@ -480,7 +488,7 @@ func ListBranches(ctx context.Context, url string, auth gitauth.Credentials, lim
 		ctx, cancel = context.WithTimeout(ctx, limits.Timeout)
 		defer cancel()
 	}
-	m, err := auth.Method(ctx, Tokens)
+	m, err := auth.Method(ctx, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

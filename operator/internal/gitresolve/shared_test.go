@@ -165,14 +165,14 @@ func TestListBranchesRealRepository(t *testing.T) {
 	main := repo.Commit(t, "one", map[string]string{"f": "1"})
 	repo.Branch(t, "feature")
 	feature := repo.Commit(t, "two", map[string]string{"f": "2"})
-	heads, err := ListBranches(context.Background(), repo.URL(), gitauth.Credentials{}, gitremote.Limits{})
+	heads, err := ListBranches(context.Background(), repo.URL(), gitauth.Credentials{}, nil, gitremote.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if heads["main"] != main || heads["feature"] != feature {
 		t.Fatalf("heads = %v, want main=%s feature=%s", heads, main, feature)
 	}
-	if _, err := ListBranches(context.Background(), "file:///nonexistent.git", gitauth.Credentials{}, gitremote.Limits{}); err == nil {
+	if _, err := ListBranches(context.Background(), "file:///nonexistent.git", gitauth.Credentials{}, nil, gitremote.Limits{}); err == nil {
 		t.Fatal("listing a missing repository succeeded")
 	}
 }

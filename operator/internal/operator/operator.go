@@ -38,6 +38,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/agentclient"
 	"github.com/stackflow-io/stackflow/operator/internal/artifact"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
+	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
 	"github.com/stackflow-io/stackflow/operator/internal/webhook"
@@ -146,10 +147,15 @@ type Options struct {
 	// --git-max-fetch-bytes (their fetches' bounds besides
 	// --prepare-timeout); zero fields leave the agents' defaults.
 	AgentGitLimits gitremote.Limits
-	// GitHubAPIHosts, when set (--github-api-hosts), are the only hosts a
-	// Stack's gitAuth.githubApp.apiURL may name; a Stack naming another is
-	// Stalled before any request is made.
+	// GitHubAPIHosts (--github-api-hosts) are the hosts besides GitHub.com's
+	// API a Stack's gitAuth.githubApp.apiURL may name (GitHub Enterprise
+	// Server); a Stack naming another is Stalled before any request is
+	// made, and agents (given the list) refuse it too.
 	GitHubAPIHosts []string
+	// GitHubAppClient makes the operator's GitHub App token exchanges
+	// (default: gitauth's, with a 30 s timeout); tests give one that trusts
+	// a fake GitHub's certificate.
+	GitHubAppClient *http.Client
 }
 
 // InputsDigestKeySecret is the Secret (key "key") holding the key of the
@@ -202,8 +208,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		}
 		podOpts := opts.Pod
 		podOpts.SSHKnownHosts = opts.SSHKnownHosts
-		podOpts.PrepareTimeout = opts.WorkspacePrepareTimeout
-		podOpts.GitLimits = opts.AgentGitLimits
+		podOpts.AgentSettings = agentSettings(opts)
 		rt = &workspace.PodRuntime{Client: c, Scheme: mgr.GetScheme(), Options: podOpts, Health: opts.PodHealth, Now: opts.PodClock,
 			PodSecurity: psa, Reader: mgr.GetAPIReader()}
 	case RuntimeLocal:
@@ -212,7 +217,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		}
 		rt = &local.Runtime{Root: opts.LocalRoot, AgentBinary: opts.AgentBinary, PulumiRoot: opts.PulumiRoot,
 			Env: opts.AgentEnv, Client: mgr.GetAPIReader(), RestartBackoff: opts.LocalRestartBackoff, SSHKnownHosts: opts.SSHKnownHosts,
-			PrepareTimeout: opts.WorkspacePrepareTimeout, GitLimits: opts.AgentGitLimits}
+			AgentSettings: agentSettings(opts)}
 	default:
 		return nil, fmt.Errorf("unknown workspace runtime %q: use pod or local", opts.Runtime)
 	}
@@ -234,7 +239,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	if opts.StackResyncOverride > 0 && opts.StackResyncOverride < poll {
 		poll = opts.StackResyncOverride
 	}
-	git := &gitresolve.Shared{TTL: poll, Limits: opts.GitListLimits, MaxListings: opts.GitListings, MaxListingsPerNamespace: opts.GitListingsPerNamespace}
+	git := &gitresolve.Shared{TTL: poll, Limits: opts.GitListLimits, MaxListings: opts.GitListings, MaxListingsPerNamespace: opts.GitListingsPerNamespace,
+		Tokens: &gitauth.AppTokens{APIHosts: opts.GitHubAPIHosts, Client: opts.GitHubAppClient}}
 	key := opts.InputsDigestKey
 	if len(key) == 0 {
 		var err error
@@ -268,6 +274,11 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		return nil, err
 	}
 	return op, nil
+}
+
+// agentSettings are the operator's settings every agent gets as flags.
+func agentSettings(opts Options) pod.AgentSettings {
+	return pod.AgentSettings{PrepareTimeout: opts.WorkspacePrepareTimeout, GitLimits: opts.AgentGitLimits, GitHubAPIHosts: opts.GitHubAPIHosts}
 }
 
 // With --workspace-auth=kube, agents ask the API server whether the operator

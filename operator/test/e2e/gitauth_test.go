@@ -16,7 +16,6 @@ import (
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
-	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/test/framework/fakegithub"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 )
@@ -130,9 +129,10 @@ func TestStackGitAuthGitHubApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.opts.AgentEnv["SSL_CERT_FILE"] = caFile
-	saved := gitauth.DefaultAppTokens.Client
-	gitauth.DefaultAppTokens.Client = gh.Client()
-	t.Cleanup(func() { gitauth.DefaultAppTokens.Client = saved })
+	e.opts.GitHubAppClient = gh.Client()
+	// The fake's loopback host is a GitHub Enterprise Server's, which the
+	// operator and its agents reach only when listed.
+	e.opts.GitHubAPIHosts = []string{gh.Addr}
 	startOperator(t, e.opts)
 
 	sec := createSecret(t, e.ns, "github-app", map[string]string{"id": "5150", "installation": "9002\n", "key.pem": gh.KeyPEM})

@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
-	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/pod"
 )
@@ -59,12 +58,8 @@ type Runtime struct {
 	// (--ssh-known-hosts), given to agents that clone with an SSH key and
 	// no knownHosts of their own.
 	SSHKnownHosts string
-	// PrepareTimeout, when positive, is the agents' --prepare-timeout
-	// (else the agent's default).
-	PrepareTimeout time.Duration
-	// GitLimits are the agents' --git-idle-timeout and --git-max-fetch-bytes
-	// (gitremote.Limits.AgentArgs: none where left at the agent's default).
-	GitLimits gitremote.Limits
+	// AgentSettings are the operator's settings every agent gets as flags.
+	pod.AgentSettings
 
 	mu sync.Mutex
 }
@@ -304,10 +299,7 @@ func (r *Runtime) command(ctx context.Context, ws *autov1alpha1.Workspace, dir, 
 	if r.PulumiRoot != "" {
 		args = append(args, "--pulumi-root="+r.PulumiRoot)
 	}
-	if r.PrepareTimeout > 0 {
-		args = append(args, "--prepare-timeout="+r.PrepareTimeout.String())
-	}
-	args = append(args, r.GitLimits.AgentArgs()...)
+	args = append(args, r.AgentSettings.Args()...)
 	extra := map[string]string{}
 	spec := ws.Spec
 	switch {

@@ -136,10 +136,7 @@ func agentArgs(ws *autov1alpha1.Workspace, opts Options) ([]string, error) {
 	if v := ws.Spec.PulumiLogVerbosity; v > 0 {
 		args = append(args, "--pulumi-log-level="+strconv.FormatUint(uint64(v), 10))
 	}
-	if opts.PrepareTimeout > 0 {
-		args = append(args, "--prepare-timeout="+opts.PrepareTimeout.String())
-	}
-	args = append(args, opts.GitLimits.AgentArgs()...)
+	args = append(args, opts.AgentSettings.Args()...)
 	return append(args, opts.ExtraArgs...), nil
 }
 

@@ -118,12 +118,37 @@ type Options struct {
 	// (--ssh-known-hosts), given to agents that clone with an SSH key and
 	// no knownHosts of their own.
 	SSHKnownHosts string
+	// AgentSettings are the operator's settings every agent gets as flags.
+	AgentSettings
+}
+
+// AgentSettings are the operator's settings that reach every agent, of
+// either runtime, as flags of its command line.
+type AgentSettings struct {
 	// PrepareTimeout, when positive, is the agents' --prepare-timeout
-	// (else the agent's default, and the pod template has no such flag).
+	// (else the agent's default).
 	PrepareTimeout time.Duration
 	// GitLimits are the agents' --git-idle-timeout and --git-max-fetch-bytes
-	// (gitremote.Limits.AgentArgs: none where left at the agent's default).
+	// (gitremote.Limits.AgentArgs).
 	GitLimits gitremote.Limits
+	// GitHubAPIHosts are the agents' --github-api-hosts: the hosts besides
+	// GitHub.com's API a GitHub App's apiURL may name.
+	GitHubAPIHosts []string
+}
+
+// Args are the agent flags for the settings made: none for a setting left
+// at the agent's default, so that an operator at its defaults gives agents
+// the command line it always gave them, and rolls no workspace pod.
+func (a AgentSettings) Args() []string {
+	var args []string
+	if a.PrepareTimeout > 0 {
+		args = append(args, "--prepare-timeout="+a.PrepareTimeout.String())
+	}
+	args = append(args, a.GitLimits.AgentArgs()...)
+	if len(a.GitHubAPIHosts) > 0 {
+		args = append(args, "--github-api-hosts="+strings.Join(a.GitHubAPIHosts, ","))
+	}
+	return args
 }
 
 // AgentAuth is how the operator authenticates to a workspace agent.
