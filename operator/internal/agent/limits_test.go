@@ -158,3 +158,127 @@ func TestRunEventsStayBounded(t *testing.T) {
 			len(r.events), held, r.dropped, last, maxBufferedEventBytes)
 	}
 }
+
+// TestWatchOperationSurvivesBinaryOutput: a program printing bytes that are
+// not UTF-8 (a Latin-1 message, a binary file) and an error message holding
+// some stream and report as U+FFFD; protobuf refuses to send a string that is
+// not UTF-8, which ended the old agent's stream and failed its GetOperation.
+func TestWatchOperationSurvivesBinaryOutput(t *testing.T) {
+	s := newServer(logr.Discard(), newRedactor(), RunRetention{})
+	s.configKeys["dev"] = map[string]bool{}
+	s.runner = func(_ context.Context, log logr.Logger, r *run, _ *agentv1.StartOperationRequest) *agentv1.Operation {
+		out := newEventWriter(r, log, s.redact)
+		_, _ = out.Write([]byte("caf\xe9 au lait\n\x00\xff\xfe binary\n"))
+		out.Flush()
+		return &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_FAILED, Message: "provider said: caf\xe9"}
+	}
+	c := serveForTest(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.StartOperation(ctx, &agentv1.StartOperationRequest{UpdateId: "u1", StackName: "dev", Type: agentv1.OperationType_OPERATION_TYPE_UP}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := c.WatchOperation(ctx, &agentv1.GetOperationRequest{UpdateId: "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []string
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("the stream broke after %q: %v", logs, err)
+		}
+		if ev.GetResult() != nil {
+			if got := ev.GetResult().GetMessage(); got != "provider said: caf\uFFFD" {
+				t.Fatalf("result message %q", got)
+			}
+			break
+		}
+		logs = append(logs, ev.GetLog())
+	}
+	if want := []string{"caf\uFFFD au lait", "\x00\uFFFD binary"}; !slices.Equal(logs, want) {
+		t.Fatalf("streamed %q, want %q", logs, want)
+	}
+	if _, err := c.GetOperation(ctx, &agentv1.GetOperationRequest{UpdateId: "u1"}); err != nil {
+		t.Fatalf("GetOperation: %v", err)
+	}
+}
+
+// TestCapOperation: what an operation's result keeps when it is over the
+// limit.
+func TestCapOperation(t *testing.T) {
+	out := func(n int) *agentv1.Output { return &agentv1.Output{ValueJson: `"` + strings.Repeat("v", n) + `"`} }
+	resources := func(n int) []string {
+		var r []string
+		for i := range n {
+			r = append(r, fmt.Sprintf("create urn:pulumi:dev::p::t::r%04d", i))
+		}
+		return r
+	}
+	manyOutputs := map[string]*agentv1.Output{}
+	for i := range 30 {
+		manyOutputs[fmt.Sprintf("o%02d", i)] = out(20 << 10)
+	}
+	// Budget: the limit less 8 KiB for the notices; a changed resource
+	// takes 36 bytes.
+	const limit = 64 << 10
+	tests := []struct {
+		name          string
+		op            *agentv1.Operation
+		wantOutputs   []string
+		wantResources int
+		wantNotices   []string
+	}{
+		{
+			name:          "within the limit: all kept",
+			op:            &agentv1.Operation{Outputs: map[string]*agentv1.Output{"a": out(10)}, ChangedResources: resources(3)},
+			wantOutputs:   []string{"a"},
+			wantResources: 3,
+		},
+		{
+			name:          "outputs over: the largest left out, the others kept",
+			op:            &agentv1.Operation{Outputs: map[string]*agentv1.Output{"big": out(100 << 10), "mid": out(30 << 10), "small": out(10)}, ChangedResources: resources(3)},
+			wantOutputs:   []string{"mid", "small"},
+			wantResources: 3,
+			wantNotices:   []string{"1 stack output(s) not reported, too large for the agent's 65536-byte result: output big (read them with pulumi stack output)"},
+		},
+		{
+			name:          "changed resources over: cut from the end, outputs kept",
+			op:            &agentv1.Operation{Outputs: map[string]*agentv1.Output{"mid": out(30 << 10)}, ChangedResources: resources(2000)},
+			wantOutputs:   []string{"mid"},
+			wantResources: 739,
+			wantNotices:   []string{"739 of 2000 changed resources listed, for the agent's 65536-byte result"},
+		},
+		{
+			name:          "both over: outputs left out only down to 100 changed resources, which then fill the room",
+			op:            &agentv1.Operation{Outputs: map[string]*agentv1.Output{"big": out(60 << 10), "small": out(10)}, ChangedResources: resources(2000)},
+			wantOutputs:   []string{"small"},
+			wantResources: 1592,
+			wantNotices: []string{"1 stack output(s) not reported, too large for the agent's 65536-byte result: output big (read them with pulumi stack output)",
+				"1592 of 2000 changed resources listed, for the agent's 65536-byte result"},
+		},
+		{
+			name:          "many outputs: ten named",
+			op:            &agentv1.Operation{Outputs: manyOutputs},
+			wantOutputs:   []string{"o28", "o29"},
+			wantResources: 0,
+			wantNotices: []string{"28 stack output(s) not reported, too large for the agent's 65536-byte result: " +
+				"output o00, output o01, output o02, output o03, output o04, output o05, output o06, output o07, output o08, output o09 and 18 more (read them with pulumi stack output)"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			capOperation(tc.op, limit)
+			if size := proto.Size(tc.op); size > limit {
+				t.Fatalf("%d bytes", size)
+			}
+			got := slices.Sorted(mapKeys(tc.op.GetOutputs()))
+			if !slices.Equal(got, tc.wantOutputs) || !slices.Equal(tc.op.GetNotices(), tc.wantNotices) {
+				t.Fatalf("outputs %v, notices %q; want %v, %q", got, tc.op.GetNotices(), tc.wantOutputs, tc.wantNotices)
+			}
+			if n := len(tc.op.GetChangedResources()); n != tc.wantResources {
+				t.Fatalf("%d changed resources, want %d", n, tc.wantResources)
+			}
+		})
+	}
+}
