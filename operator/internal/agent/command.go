@@ -17,8 +17,8 @@ import (
 )
 
 // maxCapturedOutput bounds what the agent keeps of each output stream of a
-// pulumi command whose output it streams: its first and last halves, whole
-// lines only.
+// pulumi command whose output it streams: the first and last halves of its
+// lines, each cut at maxLineBytes.
 const maxCapturedOutput = 2 << 20
 
 // pulumiCLI runs the pulumi CLI for the Automation API, keeping in memory a
@@ -30,22 +30,25 @@ const maxCapturedOutput = 2 << 20
 // printing a progress bar for as long, cost the agent that much memory (and
 // more while the buffer doubled). For those commands (an operation's
 // progress, install) the Automation API reads the captured output only for
-// its error message (the engine's error lines come last), a permalink
-// (printed first) and a lock conflict (on stderr): pulumiCLI keeps the first
-// and last maxCapturedOutput/2 bytes of each stream, cut at line breaks, with
-// a mark where it cut. The other commands (stack output --json, config,
-// whoami) print data the Automation API parses, and run as it runs them.
+// its error message (the engine's error lines), a permalink (printed first)
+// and a lock conflict (on stderr): pulumiCLI keeps of each stream its lines
+// cut as the agent's output writers cut them, the first and last
+// maxCapturedOutput/2 bytes of them, with a mark where it left lines out.
+// The other commands (stack output --json, config, whoami) print data the
+// Automation API parses, and run as it runs them.
 type pulumiCLI struct {
 	// PulumiCommand is the Automation API's runner: the version, and the
 	// commands without streams.
 	auto.PulumiCommand
 	// path is the CLI's binary, as the Automation API finds it.
 	path string
+	// redact knows the secret values a line cut must not split.
+	redact *redactor
 }
 
 // newPulumiCLI finds the CLI as auto.NewPulumiCommand does: root/bin/pulumi,
 // or pulumi on PATH when root is empty.
-func newPulumiCLI(root string) (*pulumiCLI, error) {
+func newPulumiCLI(root string, red *redactor) (*pulumiCLI, error) {
 	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: root})
 	if err != nil {
 		return nil, err
@@ -54,7 +57,7 @@ func newPulumiCLI(root string) (*pulumiCLI, error) {
 	if root != "" {
 		path = filepath.Join(root, "bin", "pulumi")
 	}
-	return &pulumiCLI{PulumiCommand: cmd, path: path}, nil
+	return &pulumiCLI{PulumiCommand: cmd, path: path, redact: red}, nil
 }
 
 // Run runs a command as the Automation API's runner does (auto/cmd.go,
@@ -73,7 +76,7 @@ func (c *pulumiCLI) Run(ctx context.Context, workdir string, stdin io.Reader, ad
 		env = pathFirst(env, filepath.Dir(c.path))
 	}
 	cmd.Env = env
-	stdout, stderr := &headTail{half: maxCapturedOutput / 2}, &headTail{half: maxCapturedOutput / 2}
+	stdout, stderr := newCapture(c.redact), newCapture(c.redact)
 	cmd.Stdout = io.MultiWriter(append(slices.Clone(additionalOutput), stdout)...)
 	cmd.Stderr = io.MultiWriter(append(slices.Clone(additionalErrorOutput), stderr)...)
 	cmd.Stdin = stdin
@@ -121,6 +124,44 @@ func pathFirst(env []string, dir string) []string {
 		}
 	}
 	return append(out, "PATH="+dir)
+}
+
+// capture keeps a bounded part of one output stream of a command: its lines,
+// split and cut as the agent's output writers do but not redacted (the
+// Automation API quotes them in its errors, which the agent redacts whole),
+// the first and last maxCapturedOutput/2 bytes of them.
+type capture struct {
+	lines *lineWriter
+	kept  headTail
+}
+
+func newCapture(red *redactor) *capture {
+	c := &capture{kept: headTail{half: maxCapturedOutput / 2}}
+	c.lines = &lineWriter{text: capturedLine(red), emit: func(l string) {
+		_, _ = c.kept.Write([]byte(l + "\n"))
+	}}
+	return c
+}
+
+// capturedLine is a line as the agent captures the CLI's output: when over
+// maxLineBytes, cut (before a secret value the cut would split: see
+// redactor.cutIndex) and marked with lineCutMark, whose ellipsis has the
+// redaction mask the start of a longer one.
+func capturedLine(red *redactor) func(string) string {
+	return func(l string) string {
+		if len(l) > maxLineBytes {
+			return l[:red.cutIndex(l, maxLineBytes)] + lineCutMark
+		}
+		return l
+	}
+}
+
+func (c *capture) Write(p []byte) (int, error) { return c.lines.Write(p) }
+
+// String is what was kept; the command has ended.
+func (c *capture) String() string {
+	c.lines.Flush()
+	return c.kept.String()
 }
 
 // headTail keeps the first half bytes written to it and the last half (at

@@ -88,11 +88,11 @@ const minChangedResources = 100
 // capOperation makes op's text valid UTF-8 (as capEventText) and cuts op to
 // at most limit bytes (its size in the protocol): it leaves out stack
 // outputs, the largest first, then changed resources from the end of the
-// list, and says so in notices; the outputs left out are named (the operator
-// writes the others, and its Update's message carries the notices). An
-// operation within the limit keeps all. The notices name outputs: redact
-// them as the message.
-func capOperation(op *agentv1.Operation, limit int) {
+// list, and says so in notices, passed through redact (they name outputs);
+// the outputs left out are named (the operator writes the others, and its
+// Update's message carries the notices). An operation within the limit keeps
+// all. Redact op's message and notices before: redaction may lengthen them.
+func capOperation(op *agentv1.Operation, limit int, redact func(string) string) {
 	op.Message = strings.ToValidUTF8(op.Message, "\uFFFD")
 	for i, n := range op.Notices {
 		op.Notices[i] = strings.ToValidUTF8(n, "\uFFFD")
@@ -154,8 +154,8 @@ func capOperation(op *agentv1.Operation, limit int) {
 		if len(left) > len(names) {
 			more = fmt.Sprintf(" and %d more", len(left)-len(names))
 		}
-		op.Notices = append(op.Notices, fmt.Sprintf("%d stack output(s) not reported, too large for the agent's %d-byte result: output %s%s (read them with pulumi stack output)",
-			len(left), limit, strings.Join(names, ", output "), more))
+		op.Notices = append(op.Notices, redact(fmt.Sprintf("%d stack output(s) not reported, too large for the agent's %d-byte result: output %s%s (read them with pulumi stack output)",
+			len(left), limit, strings.Join(names, ", output "), more)))
 	}
 	if kept := len(op.GetChangedResources()); kept < resources {
 		op.Notices = append(op.Notices, fmt.Sprintf("%d of %d changed resources listed, for the agent's %d-byte result", kept, resources, limit))

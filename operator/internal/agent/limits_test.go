@@ -268,7 +268,7 @@ func TestCapOperation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			capOperation(tc.op, limit)
+			capOperation(tc.op, limit, func(s string) string { return s })
 			if size := proto.Size(tc.op); size > limit {
 				t.Fatalf("%d bytes", size)
 			}

@@ -200,11 +200,11 @@ func (s *Server) execute(ctx context.Context, r *run, req *agentv1.StartOperatio
 	result.StartTimeUnixNano, result.Revision = r.op.StartTimeUnixNano, r.op.Revision
 	result.EndTimeUnixNano = s.now().UnixNano()
 	result.Notices = append(r.op.Notices, result.Notices...)
-	capOperation(result, maxEventBytes-16) // the result event wraps it
 	result.Message = s.redact.redact(result.Message)
 	for i, n := range result.Notices {
 		result.Notices[i] = s.redact.redact(n)
 	}
+	capOperation(result, maxEventBytes-16, s.redact.redact) // the result event wraps it
 	r.op = result
 	r.mu.Unlock()
 	close(r.done)

@@ -10,25 +10,27 @@ import (
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
-// lineWriter splits a command's output stream into lines and hands each,
-// redacted, to emit: the one line splitter of the agent's output writers.
+// lineWriter splits a command's output stream into lines and hands each to
+// emit, as text makes it: the one line splitter of the agent's output
+// writers and of its capture of the CLI's output (command.go).
 //
-// A line is redacted whole, so a secret split across two writes is still
-// masked. Its memory is bounded: a line longer than maxLineBytes is cut
-// there, marked with lineCutMark, and emitted as soon as lineLookahead more
-// bytes have arrived; the rest of it, up to the next line break, is dropped,
-// so a program printing hundreds of megabytes without a newline costs the
-// agent one buffer of maxLineBytes+lineLookahead and time linear in what it
-// prints. A carriage return not followed by a newline is a redraw (a progress
-// bar): what follows it replaces the line, so only the last redraw is emitted
-// (and a line cut before it stays emitted). Lines blank after trimming are
-// dropped.
+// Its memory is bounded: a line longer than maxLineBytes is cut there (text
+// cuts it and marks it with lineCutMark) as soon as lineLookahead more bytes
+// have arrived, so that text sees a secret value straddling the cut whole;
+// the rest of the line, up to the next line break, is dropped. A program
+// printing hundreds of megabytes without a newline costs one buffer of
+// maxLineBytes+lineLookahead and time linear in what it prints. A carriage
+// return not followed by a newline is a redraw (a progress bar): what follows
+// it replaces the line, so only the last redraw is emitted (and a line cut
+// before it stays emitted). Lines blank after trimming are dropped.
 //
 // Each stream needs its own (exec copies stdout and stderr in two goroutines);
 // the lock only guards Flush against a late write.
 type lineWriter struct {
-	redact *redactor
-	emit   func(line string)
+	// text is the text emitted for a line; one over maxLineBytes must be
+	// cut (redactedLine, capturedLine).
+	text func(line string) string
+	emit func(text string)
 
 	mu  sync.Mutex
 	buf []byte
@@ -39,10 +41,24 @@ type lineWriter struct {
 	cr bool
 }
 
+// redactedLine is a line as the agent reports and logs it: redacted whole,
+// cut by redactor.redactCut when it is over maxLineBytes, and valid UTF-8 (a
+// program may print any bytes; see capEventText).
+func redactedLine(red *redactor) func(string) string {
+	return func(l string) string {
+		if len(l) > maxLineBytes {
+			l = red.redactCut(l, maxLineBytes, lineCutMark)
+		} else {
+			l = red.redact(l)
+		}
+		return strings.ToValidUTF8(l, "\uFFFD")
+	}
+}
+
 // newEventWriter streams a run's engine output as log events of the run and
 // lines of the agent's log.
 func newEventWriter(r *run, log logr.Logger, red *redactor) *lineWriter {
-	return &lineWriter{redact: red, emit: func(l string) {
+	return &lineWriter{text: redactedLine(red), emit: func(l string) {
 		log.Info(l)
 		r.emit(&agentv1.OperationEvent{Event: &agentv1.OperationEvent_Log{Log: l}})
 	}}
@@ -52,7 +68,7 @@ func newEventWriter(r *run, log logr.Logger, red *redactor) *lineWriter {
 // agent's log and records each line in last, so that a command stopped at
 // its deadline can say where it was.
 func newLogWriter(log logr.Logger, red *redactor, last *lastLine) *lineWriter {
-	return &lineWriter{redact: red, emit: func(l string) {
+	return &lineWriter{text: redactedLine(red), emit: func(l string) {
 		l = strings.TrimSpace(l)
 		log.Info(l)
 		last.set(l)
@@ -124,18 +140,11 @@ func (w *lineWriter) startLine() {
 	w.buf, w.cut, w.cr = w.buf[:0], false, false
 }
 
-// send emits the buffered line, cut if it is over the cap, redacted.
+// send emits the buffered line unless it is blank.
 func (w *lineWriter) send() {
-	if len(bytes.TrimSpace(w.buf)) == 0 {
-		return
+	if len(bytes.TrimSpace(w.buf)) > 0 {
+		w.emit(w.text(string(w.buf)))
 	}
-	var line string
-	if len(w.buf) > maxLineBytes {
-		line = w.redact.redactCut(string(w.buf), maxLineBytes, lineCutMark)
-	} else {
-		line = w.redact.redact(string(w.buf))
-	}
-	w.emit(line)
 }
 
 // lastLine is the last non-empty line, redacted, of a command's output

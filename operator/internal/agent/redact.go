@@ -127,23 +127,20 @@ func (r *redactor) redact(s string) string {
 	return r.values.Text(s)
 }
 
-// redactCut is s cut to at most n bytes (on a UTF-8 boundary), redacted,
-// then mark. s holds what follows the cut too, and the cut moves back before
-// any secret value it would split that s shows whole: no start of it is left.
-// A value s shows only in part (longer than what s holds past n) has its
-// start, from 8 bytes on, masked as the start of a value cut before an
-// ellipsis (internal/redact); a start shorter than that stays, as it does
-// where the engine cuts a value.
-func (r *redactor) redactCut(s string, n int, mark string) string {
+// cutIndex is where to cut s to at most n bytes: n, or before it, on a UTF-8
+// boundary and before any secret value that the cut would split and that s
+// shows whole (s holds what follows the cut too): no start of such a value
+// is left before the cut.
+func (r *redactor) cutIndex(s string, n int) int {
 	if len(s) <= n {
-		return r.redact(s)
+		return len(s)
 	}
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
 	r.mu.RLock()
-	defer r.mu.RUnlock()
 	values := r.values.List()
+	r.mu.RUnlock()
 	for moved := true; moved; {
 		moved = false
 		for _, v := range values {
@@ -158,8 +155,20 @@ func (r *redactor) redactCut(s string, n int, mark string) string {
 			}
 		}
 	}
+	return n
+}
+
+// redactCut is s cut at cutIndex(s, n), redacted, then mark. A value s shows
+// only in part (longer than what s holds past n) has its start, from 8 bytes
+// on, masked as the start of a value cut before an ellipsis
+// (internal/redact); a start shorter than that stays, as it does where the
+// engine cuts a value.
+func (r *redactor) redactCut(s string, n int, mark string) string {
+	if len(s) <= n {
+		return r.redact(s)
+	}
 	const ellipsis = "…"
-	return strings.TrimSuffix(r.values.Text(s[:n]+ellipsis), ellipsis) + mark
+	return strings.TrimSuffix(r.redact(s[:r.cutIndex(s, n)]+ellipsis), ellipsis) + mark
 }
 
 // summarize is summarize(err) redacted before it is capped, so that the cap

@@ -135,7 +135,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	for _, name := range opts.SecretEnv {
 		red.add(os.Getenv(name), opts.Env[name])
 	}
-	cmd, err := newPulumiCLI(opts.PulumiRoot)
+	cmd, err := newPulumiCLI(opts.PulumiRoot, red)
 	if err != nil {
 		return nil, fmt.Errorf("find the pulumi CLI: %w", err)
 	}
