@@ -27,8 +27,9 @@ const maxCapturedOutput = 2 << 20
 // The Automation API's own runner keeps the whole stdout and stderr of every
 // command, besides streaming them, to return them and quote them in its
 // errors: a program printing 200 MB during an update, or a `pulumi install`
-// printing a progress bar for as long, cost the agent that much memory (and
-// more while the buffer doubled). For those commands (an operation's
+// printing a progress bar for as long, costs the agent that much memory and
+// more while the buffers double (680 MiB for 200 MiB without a newline,
+// TestInstallPrintingAHugeLine). For those commands (an operation's
 // progress, install) the Automation API reads the captured output only for
 // its error message (the engine's error lines), a permalink (printed first)
 // and a lock conflict (on stderr): pulumiCLI keeps of each stream its lines

@@ -121,7 +121,7 @@ func capOperation(op *agentv1.Operation, limit int, redact func(string) string) 
 	}
 	var outputs []output
 	for k, v := range op.GetOutputs() {
-		outputs = append(outputs, output{k, len(k) + len(v.GetValueJson())})
+		outputs = append(outputs, output{k, outputEntrySize(k, v)})
 	}
 	slices.SortFunc(outputs, func(a, b output) int {
 		return cmp.Or(cmp.Compare(b.size, a.size), strings.Compare(a.name, b.name))
@@ -133,11 +133,13 @@ func capOperation(op *agentv1.Operation, limit int, redact func(string) string) 
 	all := op.ChangedResources
 	op.ChangedResources = all[:min(resources, minChangedResources)]
 	var left []string
+	size := proto.Size(op)
 	for _, o := range outputs {
-		if proto.Size(op) <= budget {
+		if size <= budget {
 			break
 		}
 		delete(op.Outputs, o.name)
+		size -= o.size
 		left = append(left, o.name)
 	}
 	op.ChangedResources = all
@@ -160,6 +162,13 @@ func capOperation(op *agentv1.Operation, limit int, redact func(string) string) 
 	if kept := len(op.GetChangedResources()); kept < resources {
 		op.Notices = append(op.Notices, fmt.Sprintf("%d of %d changed resources listed, for the agent's %d-byte result", kept, resources, limit))
 	}
+}
+
+// outputEntrySize is the size of an entry of Operation.outputs in the
+// protocol.
+func outputEntrySize(k string, v *agentv1.Output) int {
+	entry := protowire.SizeTag(1) + protowire.SizeBytes(len(k)) + protowire.SizeTag(2) + protowire.SizeBytes(proto.Size(v))
+	return protowire.SizeTag(10) + protowire.SizeBytes(entry)
 }
 
 // cutChangedResources drops op's changed resources from the end of the list

@@ -268,6 +268,13 @@ func TestCapOperation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.op.GetOutputs() {
+				without := proto.Clone(tc.op).(*agentv1.Operation)
+				delete(without.Outputs, k)
+				if got, want := outputEntrySize(k, v), proto.Size(tc.op)-proto.Size(without); got != want {
+					t.Fatalf("outputEntrySize(%s) = %d, want %d", k, got, want)
+				}
+			}
 			capOperation(tc.op, limit, func(s string) string { return s })
 			if size := proto.Size(tc.op); size > limit {
 				t.Fatalf("%d bytes", size)
