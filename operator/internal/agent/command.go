@@ -138,7 +138,7 @@ type capture struct {
 
 func newCapture(red *redactor) *capture {
 	c := &capture{kept: headTail{half: maxCapturedOutput / 2}}
-	c.lines = &lineWriter{text: capturedLine(red), emit: func(l string) {
+	c.lines = &lineWriter{text: capturedLine(red), keepBlank: true, emit: func(l string) {
 		_, _ = c.kept.Write([]byte(l + "\n"))
 	}}
 	return c

@@ -153,3 +153,24 @@ func TestHeadTail(t *testing.T) {
 		}
 	}
 }
+
+// TestCapture: the captured output of a streamed command keeps its lines as
+// they were, blank ones too, but for a line over maxLineBytes, cut before a
+// secret it would split (not redacted: the agent redacts the error quoting
+// it) and marked.
+func TestCapture(t *testing.T) {
+	const secret = "capture-secret-9f0e"
+	red := newRedactor()
+	red.add(secret)
+	c := newCapture(red)
+	long := strings.Repeat("x", maxLineBytes-4) + secret + strings.Repeat("y", 100)
+	for _, p := range []string{"one\n\n", "two " + secret + "\r\n", long[:1000], long[1000:], "\nerror: boom\n"} {
+		if _, err := c.Write([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "one\n\ntwo " + secret + "\n" + strings.Repeat("x", maxLineBytes-4) + cutMark + "\nerror: boom\n"
+	if got := c.String(); got != want {
+		t.Fatalf("captured %s\nwant %s", abbreviate(strings.Split(got, "\n")), abbreviate(strings.Split(want, "\n")))
+	}
+}

@@ -22,7 +22,8 @@ import (
 // maxLineBytes+lineLookahead and time linear in what it prints. A carriage
 // return not followed by a newline is a redraw (a progress bar): what follows
 // it replaces the line, so only the last redraw is emitted (and a line cut
-// before it stays emitted). Lines blank after trimming are dropped.
+// before it stays emitted). Lines blank after trimming are dropped unless
+// keepBlank.
 //
 // Each stream needs its own (exec copies stdout and stderr in two goroutines);
 // the lock only guards Flush against a late write.
@@ -31,6 +32,9 @@ type lineWriter struct {
 	// cut (redactedLine, capturedLine).
 	text func(line string) string
 	emit func(text string)
+	// keepBlank: blank lines are emitted too (the capture keeps the CLI's
+	// output as it was, but for cuts).
+	keepBlank bool
 
 	mu  sync.Mutex
 	buf []byte
@@ -110,7 +114,11 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 func (w *lineWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.endLine()
+	if len(w.buf) > 0 {
+		w.endLine()
+	} else {
+		w.startLine()
+	}
 }
 
 // add appends text to the current line, cutting the line once it holds
@@ -140,9 +148,10 @@ func (w *lineWriter) startLine() {
 	w.buf, w.cut, w.cr = w.buf[:0], false, false
 }
 
-// send emits the buffered line unless it is blank.
+// send emits the buffered line (unless it is blank and blank lines are
+// dropped).
 func (w *lineWriter) send() {
-	if len(bytes.TrimSpace(w.buf)) > 0 {
+	if w.keepBlank || len(bytes.TrimSpace(w.buf)) > 0 {
 		w.emit(w.text(string(w.buf)))
 	}
 }
