@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -393,5 +395,102 @@ func TestAgentReasonsAreWorkspaceReasons(t *testing.T) {
 	}
 	if got := agent.TerminationMessage(errors.New("listen on :1: address in use")); got != "listen on :1: address in use" {
 		t.Fatalf("unclassified TerminationMessage = %q", got)
+	}
+}
+
+// TestAgentHugeOutputKeepsTheStreamIntact: through the real engine, the
+// agent's gRPC server and WatchOperation, a program with a 6 MiB stack output
+// (a result over gRPC's 4 MiB message limit) and, on another stack, a
+// provider error echoing those 6 MiB (one line without a newline in the
+// engine's output) run to their ends: each stream carries every event, the
+// error's line cut and marked, and ends with the result; the output too
+// large is left out with a notice naming it, the others kept; GetOperation
+// answers. The old agent ended both streams with ResourceExhausted ("received
+// message larger than max"). (The 200 MiB cases run in
+// TestHugeOutputKeepsMemoryBounded and TestInstallPrintingAHugeLine: through
+// the engine they would take minutes and gigabytes of the CLI's own memory.)
+func TestAgentHugeOutputKeepsTheStreamIntact(t *testing.T) {
+	const huge = 6 << 20
+	pe := substrate.NewPulumi(t)
+	repo := gitrepo.New(t)
+	repo.Commit(t, "program", map[string]string{"Pulumi.yaml": `name: hugeoutput
+runtime: yaml
+config:
+  failOn:
+    type: string
+    default: ""
+resources:
+  rec:
+    type: stackflowtest:index:Record
+    properties:
+      name: huge-${pulumi.stack}
+      content: "` + strings.Repeat("h", huge) + `"
+  loud:
+    type: stackflowtest:index:Record
+    properties:
+      name: loud-${pulumi.stack}
+      content: small
+      failOn: ${failOn}
+      echo: ${rec.content}
+outputs:
+  content: ${rec.content}
+  small: ok
+`})
+	c := dial(t, startAgent(t, pe, agent.Source{GitURL: repo.URL(), GitRef: "main"}), token)
+	ctx := context.Background()
+	for stack, failOn := range map[string]string{"dev": `""`, "loud": `"create"`} {
+		if _, err := c.SelectStack(ctx, &agentv1.SelectStackRequest{StackName: stack, Create: true, Config: []*agentv1.ConfigItem{jsonItem("failOn", failOn)}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.StartOperation(ctx, &agentv1.StartOperationRequest{UpdateId: "up-" + stack, StackName: stack, Type: agentv1.OperationType_OPERATION_TYPE_UP}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// cutLines are the streamed lines that hold the 6 MiB value, which must
+	// all be cut.
+	cutLines := func(logs []string) int {
+		t.Helper()
+		n := 0
+		for _, l := range logs {
+			if len(l) > 2*(64<<10)+64 {
+				t.Fatalf("a log line of %d bytes", len(l))
+			}
+			if strings.Contains(l, strings.Repeat("h", 4096)) {
+				if !strings.HasSuffix(l, "… [line cut at 65536 bytes]") {
+					t.Fatalf("a line of the value is not cut: %d bytes ending %q", len(l), l[max(0, len(l)-40):])
+				}
+				n++
+			}
+		}
+		return n
+	}
+
+	up, logs := wait(t, c, "up-dev")
+	if up.State != agentv1.OperationState_OPERATION_STATE_SUCCEEDED {
+		t.Fatalf("up = %v: %s", up.State, up.Message)
+	}
+	if content, ok := pe.Record(t, "huge-dev"); !ok || len(content) != huge {
+		t.Fatalf("record of %d bytes (%v), want %d", len(content), ok, huge)
+	}
+	if _, ok := up.Outputs["content"]; ok || up.Outputs["small"].GetValueJson() != `"ok"` {
+		t.Fatalf("outputs %v: want small, not content", slices.Sorted(maps.Keys(up.Outputs)))
+	}
+	if notices := strings.Join(up.Notices, "; "); !strings.Contains(notices, "output content") {
+		t.Fatalf("notices %q: want the output left out named", notices)
+	}
+	t.Logf("up of dev: %d log lines streamed, %d of them cut; notices: %s", len(logs), cutLines(logs), up.Notices)
+	got, err := c.GetOperation(ctx, &agentv1.GetOperationRequest{UpdateId: "up-dev"})
+	if err != nil || got.State != up.State || len(got.Outputs) != len(up.Outputs) {
+		t.Fatalf("GetOperation = %v, %v", got, err)
+	}
+
+	failed, logs := wait(t, c, "up-loud")
+	if failed.State != agentv1.OperationState_OPERATION_STATE_FAILED || !strings.Contains(failed.Message, "failOn=create: create refused") || len(failed.Message) > 8<<10 {
+		t.Fatalf("up of loud = %v: %d bytes of message %.200q", failed.State, len(failed.Message), failed.Message)
+	}
+	cut := cutLines(logs)
+	t.Logf("up of loud: %d log lines streamed, %d of them cut; message of %d bytes", len(logs), cut, len(failed.Message))
+	if cut == 0 {
+		t.Fatalf("no line of the error echoing the value among the %d streamed", len(logs))
 	}
 }

@@ -277,9 +277,9 @@ func TestInstallOutputLastLine(t *testing.T) {
 	if got := last.String(); got != "(none)" {
 		t.Fatalf("no output: %q", got)
 	}
-	stdout, stderr := &logWriter{log: log, redact: red, last: last}, &logWriter{log: log, redact: red, last: last}
+	stdout, stderr := newLogWriter(log, red, last), newLogWriter(log, red, last)
 	for _, w := range []struct {
-		to *logWriter
+		to *lineWriter
 		p  string
 	}{
 		{stdout, "Installing plugin hangpkg\n\n"},

@@ -5,7 +5,9 @@
 // registry keyed by update ID so a restarted operator can re-attach (bounded:
 // finished runs are evicted after a retention period and beyond a cap, see
 // RunRetention), event streaming, cancellation, and recovery of locks left by
-// killed runs.
+// killed runs. What a program prints costs it bounded memory and every message
+// it sends fits gRPC's limit (limits.go: one line splitter, output.go; a
+// bounded capture of the CLI's output, command.go).
 //
 // It imports the generated agent API, the Pulumi Automation API, go-git,
 // gitauth (credentials from the environment, or sent with a Checkout) and Kubernetes client libraries (for TokenReview authentication); never the

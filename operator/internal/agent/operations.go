@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,9 +24,6 @@ import (
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
-// maxBufferedEvents bounds the events a run keeps for late watchers.
-const maxBufferedEvents = 2000
-
 // run is one operation and everything watchers need.
 type run struct {
 	cancel context.CancelFunc
@@ -36,6 +32,8 @@ type run struct {
 	mu     sync.Mutex
 	op     *agentv1.Operation
 	events []*agentv1.OperationEvent
+	// eventBytes is the size of events, in the protocol.
+	eventBytes int
 	// dropped counts events evicted from the front of the buffer.
 	dropped int
 	notify  chan struct{} // closed and replaced on every new event
@@ -47,11 +45,18 @@ func (r *run) snapshot() *agentv1.Operation {
 	return proto.Clone(r.op).(*agentv1.Operation)
 }
 
+// emit records an event, cut to fit a message (capEventText), for watchers;
+// beyond maxBufferedEvents or maxBufferedEventBytes the oldest are dropped.
 func (r *run) emit(ev *agentv1.OperationEvent) {
+	capEventText(ev)
+	size := proto.Size(ev)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, ev)
-	if len(r.events) > maxBufferedEvents {
+	r.eventBytes += size
+	for len(r.events) > 1 && (len(r.events) > maxBufferedEvents || r.eventBytes > maxBufferedEventBytes) {
+		r.eventBytes -= proto.Size(r.events[0])
+		r.events[0] = nil // the backing array would hold it until it grows
 		r.events = r.events[1:]
 		r.dropped++
 	}
@@ -196,6 +201,10 @@ func (s *Server) execute(ctx context.Context, r *run, req *agentv1.StartOperatio
 	result.EndTimeUnixNano = s.now().UnixNano()
 	result.Notices = append(r.op.Notices, result.Notices...)
 	result.Message = s.redact.redact(result.Message)
+	for i, n := range result.Notices {
+		result.Notices[i] = s.redact.redact(n)
+	}
+	capOperation(result, maxEventBytes-16, s.redact.redact) // the result event wraps it
 	r.op = result
 	r.mu.Unlock()
 	close(r.done)
@@ -242,7 +251,7 @@ func (s *Server) runWithRecovery(ctx context.Context, log logr.Logger, r *run, r
 
 // runOnce runs the Pulumi operation once, streaming its output.
 func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *agentv1.StartOperationRequest) *agentv1.Operation {
-	out := &eventWriter{run: r, log: s.log.WithValues("update", req.GetUpdateId()), redact: s.redact}
+	out := newEventWriter(r, s.log.WithValues("update", req.GetUpdateId()), s.redact)
 	defer out.Flush()
 	engineEvents := make(chan events.EngineEvent)
 	stepsDone, quit := make(chan struct{}), make(chan struct{})
@@ -539,108 +548,4 @@ func destroyOptions(req *agentv1.StartOperationRequest) []optdestroy.Option {
 		o = append(o, optdestroy.RunProgram(true))
 	}
 	return o
-}
-
-// eventWriter turns the engine's output into log events and agent log lines.
-type eventWriter struct {
-	run    *run
-	log    logr.Logger
-	redact *redactor
-	buf    bytes.Buffer
-}
-
-func (w *eventWriter) Write(p []byte) (int, error) {
-	w.buf.Write(p)
-	for {
-		line, err := w.buf.ReadString('\n')
-		if err != nil {
-			w.buf.Reset()
-			w.buf.WriteString(line)
-			return len(p), nil
-		}
-		w.line(strings.TrimRight(line, "\r\n"))
-	}
-}
-
-// Flush emits a trailing partial line.
-func (w *eventWriter) Flush() {
-	if w.buf.Len() > 0 {
-		w.line(w.buf.String())
-		w.buf.Reset()
-	}
-}
-
-func (w *eventWriter) line(l string) {
-	if strings.TrimSpace(l) == "" {
-		return
-	}
-	l = w.redact.redact(l)
-	w.log.Info(l)
-	w.run.emit(&agentv1.OperationEvent{Event: &agentv1.OperationEvent_Log{Log: l}})
-}
-
-// logWriter sends one output stream of a command (pulumi install) to the
-// agent log, a whole line at a time, so that a secret split across two writes
-// is still redacted, and records each line in last. Stdout and stderr each
-// need their own (exec copies them in two goroutines).
-type logWriter struct {
-	log    logr.Logger
-	redact *redactor
-	last   *lastLine
-	buf    bytes.Buffer
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.buf.Write(p)
-	for {
-		line, err := w.buf.ReadString('\n')
-		if err != nil {
-			w.buf.Reset()
-			w.buf.WriteString(line)
-			return len(p), nil
-		}
-		w.line(line)
-	}
-}
-
-// Flush logs a trailing partial line: what a command killed at its
-// deadline was printing.
-func (w *logWriter) Flush() {
-	if w.buf.Len() > 0 {
-		w.line(w.buf.String())
-		w.buf.Reset()
-	}
-}
-
-func (w *logWriter) line(l string) {
-	l = strings.TrimSpace(l)
-	if l == "" {
-		return
-	}
-	l = w.redact.redact(l)
-	w.log.Info(l)
-	w.last.set(l)
-}
-
-// lastLine is the last non-empty line, redacted, of a command's output
-// streams, for a message saying where it stopped.
-type lastLine struct {
-	mu   sync.Mutex
-	line string
-}
-
-func (l *lastLine) set(s string) {
-	l.mu.Lock()
-	l.line = s
-	l.mu.Unlock()
-}
-
-// String is the line, capped, or "(none)".
-func (l *lastLine) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.line == "" {
-		return "(none)"
-	}
-	return truncateMessage(l.line)
 }

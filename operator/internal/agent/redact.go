@@ -2,7 +2,9 @@ package agent
 
 import (
 	"encoding/json"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/stackflow-io/stackflow/internal/redact"
 )
@@ -123,6 +125,50 @@ func (r *redactor) redact(s string) string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.values.Text(s)
+}
+
+// cutIndex is where to cut s to at most n bytes: n, or before it, on a UTF-8
+// boundary and before any secret value that the cut would split and that s
+// shows whole (s holds what follows the cut too): no start of such a value
+// is left before the cut.
+func (r *redactor) cutIndex(s string, n int) int {
+	if len(s) <= n {
+		return len(s)
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	r.mu.RLock()
+	values := r.values.List()
+	r.mu.RUnlock()
+	for moved := true; moved; {
+		moved = false
+		for _, v := range values {
+			// An occurrence of v in this window, were there one, would
+			// start before the cut and end after it.
+			from, to := max(0, n-len(v)+1), min(len(s), n+len(v)-1)
+			if from >= to {
+				continue
+			}
+			if i := strings.Index(s[from:to], v); i >= 0 {
+				n, moved = from+i, true
+			}
+		}
+	}
+	return n
+}
+
+// redactCut is s cut at cutIndex(s, n), redacted, then mark. A value s shows
+// only in part (longer than what s holds past n) has its start, from 8 bytes
+// on, masked as the start of a value cut before an ellipsis
+// (internal/redact); a start shorter than that stays, as it does where the
+// engine cuts a value.
+func (r *redactor) redactCut(s string, n int, mark string) string {
+	if len(s) <= n {
+		return r.redact(s)
+	}
+	const ellipsis = "…"
+	return strings.TrimSuffix(r.redact(s[:r.cutIndex(s, n)]+ellipsis), ellipsis) + mark
 }
 
 // summarize is summarize(err) redacted before it is capped, so that the cap

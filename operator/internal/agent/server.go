@@ -135,7 +135,7 @@ func New(ctx context.Context, log logr.Logger, opts Options) (*Server, error) {
 	for _, name := range opts.SecretEnv {
 		red.add(os.Getenv(name), opts.Env[name])
 	}
-	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: opts.PulumiRoot})
+	cmd, err := newPulumiCLI(opts.PulumiRoot, red)
 	if err != nil {
 		return nil, fmt.Errorf("find the pulumi CLI: %w", err)
 	}
@@ -226,7 +226,7 @@ func (s *Server) prepare(ctx context.Context, log logr.Logger, src Source, dir s
 	}
 	log.Info("Installing program dependencies", "project", proj.Name, "runtime", proj.Runtime.Name())
 	last := &lastLine{}
-	stdout, stderr := &logWriter{log: log, redact: red, last: last}, &logWriter{log: log, redact: red, last: last}
+	stdout, stderr := newLogWriter(log, red, last), newLogWriter(log, red, last)
 	err = ws.Install(ctx, &auto.InstallOptions{Stdout: stdout, Stderr: stderr})
 	stdout.Flush()
 	stderr.Flush()
