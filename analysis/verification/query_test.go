@@ -92,7 +92,8 @@ func FuzzParseQuery(f *testing.F) {
 			}
 			return
 		}
-		if !IsCommit(q.Commit) || (q.Operation != OperationUp && q.Operation != OperationPreview) || q.Within < 0 || q.Wait < 0 || q.Wait > MaxWait {
+		if !IsCommit(q.Commit) || (q.Operation != OperationUp && q.Operation != OperationPreview) || q.Within < 0 || q.Wait < 0 || q.Wait > MaxWait ||
+			!q.NotFoundAfter.IsZero() && q.NotFoundAfter.Location() != time.UTC {
 			t.Fatalf("accepted an invalid query: %+v", q)
 		}
 	})
