@@ -184,7 +184,8 @@ func ValidName(s string) bool {
 // an error for API trouble: 429, 5xx and network errors are Pending,
 // reason CloudUnavailable, with a message (never a false Failed); 401 and
 // 403 are Pending, reason CloudUnauthorized, saying which status and that
-// the token is wrong; 404 is Pending, reason StackNotFound.
+// the token is wrong; 404 is Pending, reason StackNotFound, and Failed once
+// the query's NotFoundAfter has come.
 func (c *Client) Verify(ctx context.Context, org, project, stack string, q verification.Query) verification.Result {
 	op := q.Operation
 	if op == "" {
@@ -210,6 +211,11 @@ func (c *Client) Verify(ctx context.Context, org, project, stack string, q verif
 	r.ObservedAt = c.now()
 	if out.fail != nil {
 		r.Reason, r.Message = out.fail.reason, out.fail.message
+		if r.Reason == verification.ReasonStackNotFound && q.NotFoundIsFinal(r.ObservedAt) {
+			// The caller stopped expecting the stack (notFoundAfter).
+			r.Phase = verification.PhaseFailed
+			r.Message += fmt.Sprintf("; the caller waited for it until %s (notFoundAfter)", q.NotFoundAfter.Format(time.RFC3339))
+		}
 		return r
 	}
 	c.decide(&r, k, out.updates, q)

@@ -564,6 +564,34 @@ func TestRotatedToken(t *testing.T) {
 	}
 }
 
+// TestNotFoundAfter: an unknown stack is Pending until the caller's
+// notFoundAfter, then Failed naming it; other trouble stays Pending past it.
+func TestNotFoundAfter(t *testing.T) {
+	srv := cloudtest.NewTB(t, token)
+	srv.AddUpdate("acme", "web", "prod", up(cloudtest.KindUpdate, cloudtest.ResultSucceeded, shaA, time.Hour, time.Minute))
+	clk := &clock{t: t0}
+	cl := newClient(srv, clk)
+	qa := q(shaA, verification.OperationUp)
+	qa.NotFoundAfter = t0.Add(time.Minute)
+	if r := verify(t, cl, "acme", "web", "nope", qa); r.Phase != verification.PhasePending || r.Reason != verification.ReasonStackNotFound {
+		t.Fatalf("before notFoundAfter: %s/%s: %s", r.Phase, r.Reason, r.Message)
+	}
+	clk.Advance(time.Minute)
+	r := verify(t, cl, "acme", "web", "nope", qa)
+	if r.Phase != verification.PhaseFailed || r.Reason != verification.ReasonStackNotFound ||
+		!strings.Contains(r.Message, "acme/web/nope") || !strings.Contains(r.Message, "until 2026-12-01T12:01:00Z (notFoundAfter)") {
+		t.Fatalf("at notFoundAfter: %s/%s: %s", r.Phase, r.Reason, r.Message)
+	}
+	if r := verify(t, cl, "acme", "web", "prod", qa); r.Phase != verification.PhaseSucceeded {
+		t.Fatalf("a stack that exists, past notFoundAfter: %s/%s: %s", r.Phase, r.Reason, r.Message)
+	}
+	clk.Advance(DefaultCacheTTL)
+	srv.Inject(cloudtest.Fault{Status: 503})
+	if r := verify(t, cl, "acme", "web", "prod", qa); r.Phase != verification.PhasePending || r.Reason != verification.ReasonCloudUnavailable {
+		t.Fatalf("an outage past notFoundAfter: %s/%s: %s", r.Phase, r.Reason, r.Message)
+	}
+}
+
 func TestInvalidNames(t *testing.T) {
 	srv := cloudtest.NewTB(t, token)
 	cl := newClient(srv, &clock{t: t0})

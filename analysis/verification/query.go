@@ -24,6 +24,18 @@ type Query struct {
 	// Wait, when set, holds the request until the phase changes or Wait
 	// has passed (at most MaxWait).
 	Wait time.Duration
+	// NotFoundAfter, when set, is when the caller stops expecting a missing
+	// Stack to appear: from then on a Stack that does not exist is Failed
+	// (StackNotFound) instead of Pending. The caller computes it (the time
+	// its wait began plus its grace), so the service keeps no state between
+	// requests.
+	NotFoundAfter time.Time
+}
+
+// NotFoundIsFinal reports whether a Stack that does not exist at now is a
+// terminal failure: the caller set NotFoundAfter and it has come.
+func (q Query) NotFoundIsFinal(now time.Time) bool {
+	return !q.NotFoundAfter.IsZero() && !now.Before(q.NotFoundAfter)
 }
 
 // QueryError is a malformed request; its message says how to fix it.
@@ -37,14 +49,14 @@ func queryErrorf(format string, args ...any) error {
 
 // known query parameters; any other is refused, so a typo (comit=) does not
 // silently verify nothing.
-var known = map[string]bool{"commit": true, "operation": true, "within": true, "wait": true}
+var known = map[string]bool{"commit": true, "operation": true, "within": true, "wait": true, "notFoundAfter": true}
 
 // ParseQuery parses the query of a verification request. commit is
 // required; operation defaults to up.
 func ParseQuery(v url.Values) (Query, error) {
 	for k := range v {
 		if !known[k] {
-			return Query{}, queryErrorf("unknown query parameter %q: use commit, operation, within and wait", cut(k, 64))
+			return Query{}, queryErrorf("unknown query parameter %q: use commit, operation, within, wait and notFoundAfter", cut(k, 64))
 		}
 	}
 	for k, vals := range v {
@@ -76,6 +88,9 @@ func ParseQuery(v url.Values) (Query, error) {
 	if q.Wait, err = duration(v, "wait", MaxWait); err != nil {
 		return Query{}, err
 	}
+	if q.NotFoundAfter, err = instant(v, "notFoundAfter"); err != nil {
+		return Query{}, err
+	}
 	return q, nil
 }
 
@@ -95,6 +110,21 @@ func duration(v url.Values, name string, max time.Duration) (time.Duration, erro
 		return 0, queryErrorf("%s %s is too long: at most %s", name, s, max)
 	}
 	return d, nil
+}
+
+// instant parses an RFC 3339 time (UTC); zero when absent.
+func instant(v url.Values, name string) (time.Time, error) {
+	s := v.Get(name)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	// RFC 3339 takes at most 35 characters (nanoseconds and an offset).
+	if len(s) <= 40 {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, queryErrorf("%s %q is not a time: use RFC 3339, such as 2026-12-01T12:05:00Z", name, cut(s, 64))
 }
 
 // IsCommit reports whether s is 7 to 40 lower-case hexadecimal characters.

@@ -16,6 +16,12 @@ func TestParseQuery(t *testing.T) {
 	}{
 		{raw: "commit=ABCDEF1", want: Query{Commit: "abcdef1", Operation: OperationUp}},
 		{raw: "commit=" + shaA + "&operation=preview&within=15m&wait=20s", want: Query{Commit: shaA, Operation: OperationPreview, Within: 15 * time.Minute, Wait: 20 * time.Second}},
+		{raw: "commit=abcdef1&notFoundAfter=2026-12-01T12:05:00Z", want: Query{Commit: "abcdef1", Operation: OperationUp, NotFoundAfter: time.Date(2026, 12, 1, 12, 5, 0, 0, time.UTC)}},
+		// Another offset and fractional seconds: the same instant, in UTC.
+		{raw: "commit=abcdef1&notFoundAfter=2026-12-01T13:05:00.5%2B01:00", want: Query{Commit: "abcdef1", Operation: OperationUp, NotFoundAfter: time.Date(2026, 12, 1, 12, 5, 0, 5e8, time.UTC)}},
+		{raw: "commit=abcdef1&notFoundAfter=5m", err: "notFoundAfter \"5m\" is not a time"},
+		{raw: "commit=abcdef1&notFoundAfter=2026-12-01", err: "is not a time"},
+		{raw: "commit=abcdef1&notFoundAfter=2026-12-01T12:05:00.000000000000000000000Z", err: "is not a time"},
 		{raw: "", err: "commit is required"},
 		{raw: "commit=abc", err: "not a commit SHA"},
 		{raw: "commit=" + shaA + "0", err: "not a commit SHA"},
@@ -67,7 +73,7 @@ func TestMatches(t *testing.T) {
 // is a valid SHA and whose durations are in range, or fails with a
 // QueryError; it never panics.
 func FuzzParseQuery(f *testing.F) {
-	for _, s := range []string{"commit=abcdef1", "commit=" + shaA + "&operation=preview&within=1h&wait=25s", "comit=x", "commit=%zz", "commit=abcdef1&wait=1e9h", "within=-0s&commit=ABCDEF0"} {
+	for _, s := range []string{"commit=abcdef1", "commit=" + shaA + "&operation=preview&within=1h&wait=25s", "comit=x", "commit=%zz", "commit=abcdef1&wait=1e9h", "within=-0s&commit=ABCDEF0", "commit=abcdef1&notFoundAfter=2026-12-01T12:05:00Z"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
@@ -86,7 +92,8 @@ func FuzzParseQuery(f *testing.F) {
 			}
 			return
 		}
-		if !IsCommit(q.Commit) || (q.Operation != OperationUp && q.Operation != OperationPreview) || q.Within < 0 || q.Wait < 0 || q.Wait > MaxWait {
+		if !IsCommit(q.Commit) || (q.Operation != OperationUp && q.Operation != OperationPreview) || q.Within < 0 || q.Wait < 0 || q.Wait > MaxWait ||
+			!q.NotFoundAfter.IsZero() && q.NotFoundAfter.Location() != time.UTC {
 			t.Fatalf("accepted an invalid query: %+v", q)
 		}
 	})

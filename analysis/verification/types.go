@@ -27,6 +27,8 @@ const (
 // templates and steps may match on them.
 const (
 	// Pending
+	// ReasonStackNotFound: the Stack does not exist. Pending, or Failed
+	// once the caller's Query.NotFoundAfter has come.
 	ReasonStackNotFound          = "StackNotFound"
 	ReasonCommitNotTargeted      = "CommitNotTargeted"
 	ReasonGenerationNotObserved  = "GenerationNotObserved"

@@ -30,6 +30,24 @@ type Input struct {
 	Now time.Time
 }
 
+// stackNotFound answers for a Stack that does not exist. Without
+// NotFoundAfter it may yet appear (Argo CD has not synced it), so the answer
+// is Pending and the caller's own deadline ends the wait. With it, the
+// caller says how long a missing Stack is worth waiting for: a mistyped name
+// or namespace would otherwise hold a promotion until that deadline.
+func stackNotFound(r Result, in Input) Result {
+	q := in.Query
+	switch {
+	case q.NotFoundIsFinal(in.Now):
+		return r.with(PhaseFailed, ReasonStackNotFound, "Stack %s/%s does not exist, and the caller waited for it until %s (notFoundAfter): check its namespace and name (in Kargo, the vars stackNamespace and stackName) and that Argo CD applies its manifest",
+			in.Namespace, in.Name, q.NotFoundAfter.Format(time.RFC3339))
+	case !q.NotFoundAfter.IsZero():
+		return r.with(PhasePending, ReasonStackNotFound, "Stack %s/%s does not exist yet (has Argo CD synced it?); the verification fails if it still does not at %s (notFoundAfter)",
+			in.Namespace, in.Name, q.NotFoundAfter.Format(time.RFC3339))
+	}
+	return r.with(PhasePending, ReasonStackNotFound, "Stack %s/%s does not exist yet (has Argo CD synced it?)", in.Namespace, in.Name)
+}
+
 // maxStalledReason bounds the Stalled reason quoted (the API allows 1024
 // characters; the operator's reasons are short PascalCase words).
 const maxStalledReason = 64
@@ -45,7 +63,8 @@ var (
 // Verify answers whether the Stack applied (operation up) or previewed
 // (operation preview) the requested commit. The rules, in order:
 //
-//  1. no Stack: Pending (Argo CD may not have synced it yet);
+//  1. no Stack: Pending (Argo CD may not have synced it yet), or Failed
+//     once Query.NotFoundAfter has come (the caller's grace is over);
 //  2. a Stack being deleted: Failed;
 //  3. a pinned Stack (spec.commit) whose commit is another: Pending;
 //  4. an update in flight for the current generation at the commit:
@@ -72,7 +91,7 @@ func Verify(in Input) Result {
 	}
 	s := in.Stack
 	if s == nil {
-		return r.with(PhasePending, ReasonStackNotFound, "Stack %s/%s does not exist yet (has Argo CD synced it?)", in.Namespace, in.Name)
+		return stackNotFound(r, in)
 	}
 	describeStack(&r, s)
 	q := in.Query

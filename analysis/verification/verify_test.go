@@ -73,6 +73,7 @@ func TestVerify(t *testing.T) {
 	up := Query{Commit: shaA[:7], Operation: OperationUp}
 	pv := Query{Commit: shaA, Operation: OperationPreview}
 	within := func(q Query, d time.Duration) Query { q.Within = d; return q }
+	notFoundAfter := func(q Query, t time.Time) Query { q.NotFoundAfter = t; return q }
 	failures := func(n int64) func(*pulumiv1.StackUpdateState) {
 		return func(lu *pulumiv1.StackUpdateState) { lu.Failures = n }
 	}
@@ -89,6 +90,14 @@ func TestVerify(t *testing.T) {
 		msg string
 	}{
 		{"no stack yet", nil, up, PhasePending, ReasonStackNotFound, "does not exist yet"},
+		// The caller's grace (notFoundAfter): Pending before, Failed from
+		// the instant it names, naming the Stack.
+		{"no stack, grace not over", nil, notFoundAfter(up, now.Add(time.Second)), PhasePending, ReasonStackNotFound, "fails if it still does not at 2026-12-01T12:00:01Z"},
+		{"no stack, grace ends now", nil, notFoundAfter(up, now), PhaseFailed, ReasonStackNotFound, "Stack dev/web does not exist, and the caller waited for it until 2026-12-01T12:00:00Z"},
+		{"no stack, grace over", nil, notFoundAfter(pv, now.Add(-time.Hour)), PhaseFailed, ReasonStackNotFound, "stackNamespace and stackName"},
+		// A Stack that exists is judged on its own, whatever the grace.
+		{"stack, grace over", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), notFoundAfter(up, now.Add(-time.Hour)), PhaseSucceeded, ReasonUpdateSucceeded, ""},
+		{"stack not there yet, grace over", stack(func(s *pulumiv1.Stack) { s.Spec.GitSource.Commit = shaB }), notFoundAfter(up, now.Add(-time.Hour)), PhasePending, ReasonCommitNotTargeted, ""},
 		{"deleting", stack(func(s *pulumiv1.Stack) { s.DeletionTimestamp = &metav1.Time{Time: now} }), up, PhaseFailed, ReasonStackDeleting, "being deleted"},
 		{"targets another commit", stack(func(s *pulumiv1.Stack) { s.Spec.GitSource.Commit = shaB }), up, PhasePending, ReasonCommitNotTargeted, "targets commit bbbbbbb"},
 		{"generation not observed", stack(generation(4)), up, PhasePending, ReasonGenerationNotObserved, "generation 4"},

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
@@ -111,6 +114,56 @@ func TestWaitStep(t *testing.T) {
 		"commit": "0123456789abcdef0123456789abcdef01234567", "operation": "preview", "timeout": "1m", "token": "project-token"})
 	if code != cli.ExitOK || out["succeeded"] != true || out["update"] != "web-4" || out["permalink"] != "https://example.com/web/4" {
 		t.Fatalf("exit %d, output %v: %s", code, out, log)
+	}
+}
+
+// TestWaitStepStackNotFoundGrace: the step's stackNotFoundGrace reaches the
+// service as notFoundAfter (the default 5m when the config has none), and a
+// Stack that does not exist fails the step once it has passed, naming the
+// Stack, in the step's output.
+func TestWaitStepStackNotFoundGrace(t *testing.T) {
+	var mu sync.Mutex
+	var sent []time.Time
+	// The service's answer about a Stack that does not exist, to the query
+	// the step sent.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q, err := verification.ParseQuery(r.URL.Query())
+		if err != nil || q.NotFoundAfter.IsZero() {
+			http.Error(w, fmt.Sprintf("no notFoundAfter in %s: %v", r.URL, err), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		sent = append(sent, q.NotFoundAfter)
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(verification.Verify(verification.Input{Namespace: "dev", Name: "web-typo", Query: q, Now: time.Now()}))
+	}))
+	defer srv.Close()
+	config := map[string]string{"url": srv.URL, "namespace": "dev", "stack": "web-typo",
+		"commit": "0123456789abcdef0123456789abcdef01234567", "timeout": "1m", "token": "project-token", "stackNotFoundGrace": "1s"}
+	start := time.Now()
+	code, out, log := run(t, steps(t)["stackflow-wait"], config)
+	took := time.Since(start)
+	if code != cli.ExitFailed || out["reason"] != verification.ReasonStackNotFound || !strings.Contains(fmt.Sprint(out["message"]), "Stack dev/web-typo does not exist") {
+		t.Fatalf("exit %d, output %v: %s", code, out, log)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("the step failed after %s, want about 2 s (a grace of 1s)", took)
+	}
+	// Without stackNotFoundGrace in the config, the default: 5 minutes. The
+	// timeout ends this wait first.
+	delete(config, "stackNotFoundGrace")
+	config["timeout"] = "1s"
+	mu.Lock()
+	sent = nil
+	mu.Unlock()
+	start = time.Now().Truncate(time.Second)
+	if code, out, log := run(t, steps(t)["stackflow-wait"], config); code != cli.ExitFailed || out["reason"] != "Timeout" {
+		t.Fatalf("exit %d, output %v: %s", code, out, log)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) == 0 || sent[0].Before(start.Add(cli.DefaultStackNotFoundGrace)) || sent[0].After(time.Now().Add(cli.DefaultStackNotFoundGrace)) {
+		t.Fatalf("notFoundAfter %v, want the start plus %s", sent, cli.DefaultStackNotFoundGrace)
 	}
 }
 

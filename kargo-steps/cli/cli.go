@@ -47,6 +47,12 @@ const PodTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 // line.
 const TokenEnv = EnvPrefix + "TOKEN"
 
+// DefaultStackNotFoundGrace is how long wait accepts, by default, that the
+// Stack does not exist: Argo CD polls git every 3 minutes when nothing
+// triggers a sync. The stackflow-promote tasks' stackNotFoundGrace has the
+// same default.
+const DefaultStackNotFoundGrace = 5 * time.Minute
+
 // version is set at build time.
 var Version = "dev"
 
@@ -54,14 +60,15 @@ const usage = `stackflow-kargo promotes Stacks in a Kargo pipeline.
 
 Usage:
   stackflow-kargo set-commit --dir DIR --stack NAME [--namespace NS] --commit SHA
-  stackflow-kargo wait --url ANALYSIS_URL --namespace NS --stack NAME --commit SHA [--operation up|preview] [--timeout D] [--token-file F]
+  stackflow-kargo wait --url ANALYSIS_URL --namespace NS --stack NAME --commit SHA [--operation up|preview] [--timeout D] [--stack-not-found-grace D] [--token-file F]
   stackflow-kargo lint --dir DIR
   stackflow-kargo version
 
   set-commit  edit spec.commit of one Stack manifest in place (any document of a multi-document file;
               creates spec.commit, removes spec.branch, keeps everything else byte for byte)
   wait        wait until the operator applied the commit, asking the analysis service (exit 0 on Succeeded,
-              1 on Failed or timeout); writes the result to $KARGO_OUTPUT when set
+              1 on Failed, timeout, or a Stack still missing after the grace); writes the result to
+              $KARGO_OUTPUT when set
   lint        tell which Stacks Kargo's open-source yaml-update step (the stackflow-promote task) can edit,
               and the stackFile var for each; exit 1 if one cannot be edited
 
@@ -144,19 +151,28 @@ func parse(fs *flag.FlagSet, args []string) (bool, int) {
 }
 
 func wait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("wait", "wait --url ANALYSIS_URL --namespace NS --stack NAME --commit SHA [--operation up|preview] [--timeout D] [--token-file F]", stderr)
+	fs := newFlags("wait", "wait --url ANALYSIS_URL --namespace NS --stack NAME --commit SHA [--operation up|preview] [--timeout D] [--stack-not-found-grace D] [--token-file F]", stderr)
 	var o waiter.Options
 	var op string
+	var grace time.Duration
 	fs.StringVar(&o.URL, "url", "", "base URL of the analysis service, e.g. http://stackflow-analysis.stackflow-system.svc:8080 (required)")
 	fs.StringVar(&o.Namespace, "namespace", "", "namespace of the Stack (required)")
 	fs.StringVar(&o.Stack, "stack", "", "name of the Stack (required)")
 	fs.StringVar(&o.Commit, "commit", "", "the commit the Stack must have applied: 7 to 40 hexadecimal characters (required)")
 	fs.StringVar(&op, "operation", "up", "up (the commit applied) or preview (the commit previewed)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait before giving up (exit 1)")
+	fs.DurationVar(&grace, "stack-not-found-grace", DefaultStackNotFoundGrace, "how long, from the start of the wait, the Stack may not exist (Argo CD has not synced it yet); after it the service answers Failed (StackNotFound) and the wait exits 1, naming the Stack: a mistyped --stack or --namespace fails in minutes, not at --timeout. 0: the Stack must exist at once")
 	fs.StringVar(&o.TokenFile, "token-file", "", "file holding the bearer token sent to the service, read before each request: a ServiceAccount token for the audience stackflow-analysis (default: the token in $"+TokenEnv+" when set, else "+DefaultTokenFile+", a projected token volume, when it exists, else none). The pod's own token ("+PodTokenFile+") is never sent")
 	if ok, code := parse(fs, args); !ok {
 		return code
 	}
+	if grace < 0 {
+		fmt.Fprintln(stderr, "error: --stack-not-found-grace must not be negative")
+		return ExitUsage
+	}
+	// Counted from now, the start of the wait, and sent with every request:
+	// the service keeps no state between them.
+	o.NotFoundAfter = time.Now().Add(grace)
 	o.Operation = verification.Operation(op)
 	o.TokenFile, o.Token = tokenSource(o.TokenFile, os.Getenv(TokenEnv), fileExists)
 	if o.TokenFile == "" && o.Token == "" {

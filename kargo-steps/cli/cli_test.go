@@ -107,13 +107,20 @@ func TestFlagsFromEnvironment(t *testing.T) {
 func TestLintCommand(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "dev.yaml", strings.Replace(tracking, "branch: main # followed until pinned", "commit: "+sha, 1))
-	if code, stdout, stderr := runCLI(t, "lint", "--dir", dir); code != ExitOK || !strings.Contains(stdout, "ok    Stack dev/web in dev.yaml (document 1): stackFile=dev.yaml") {
+	if code, stdout, stderr := runCLI(t, "lint", "--dir", dir); code != ExitOK || !strings.Contains(stdout, "ok    Stack dev/web in dev.yaml (document 1): stackFile=dev.yaml stackNamespace=dev stackName=web\n") {
 		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
 	}
 	write(t, dir, "prod.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n---\n"+strings.Replace(tracking, "namespace: dev", "namespace: prod", 1))
 	code, stdout, _ := runCLI(t, "lint", "--dir", dir)
 	if code != ExitFailed || !strings.Contains(stdout, "FAIL  Stack prod/web in prod.yaml (document 2)") || !strings.Contains(stdout, "1 of 2 Stacks") {
 		t.Fatalf("exit %d: %s", code, stdout)
+	}
+	// Without a namespace, the tasks cannot check the file is the Stage's
+	// Stack: they refuse it, and lint says so.
+	noNS := t.TempDir()
+	write(t, noNS, "web.yaml", strings.Replace(strings.Replace(tracking, "branch: main # followed until pinned", "commit: "+sha, 1), "  namespace: dev\n", "", 1))
+	if code, stdout, _ := runCLI(t, "lint", "--dir", noNS); code != ExitFailed || !strings.Contains(stdout, "FAIL  Stack web in web.yaml (document 1): metadata.namespace is missing") {
+		t.Fatalf("no namespace: exit %d: %s", code, stdout)
 	}
 	if code, _, stderr := runCLI(t, "lint", "--dir", t.TempDir()); code != ExitFailed || !strings.Contains(stderr, "no Stack manifest") {
 		t.Fatalf("empty dir: exit %d %s", code, stderr)

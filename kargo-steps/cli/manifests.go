@@ -88,7 +88,8 @@ func lint(args []string, stdout, stderr io.Writer) int {
 		}
 		where := fmt.Sprintf("%s (document %d)", f.File, f.Document)
 		if f.Editable {
-			fmt.Fprintf(stdout, "ok    Stack %s in %s: stackFile=%s\n", name, where, f.StackFile)
+			// The vars a Stage gives the tasks for this Stack.
+			fmt.Fprintf(stdout, "ok    Stack %s in %s: stackFile=%s stackNamespace=%s stackName=%s\n", name, where, f.StackFile, f.Namespace, f.Name)
 		} else {
 			bad++
 			fmt.Fprintf(stdout, "FAIL  Stack %s in %s: %s\n", name, where, strings.Join(f.Reasons, "; "))

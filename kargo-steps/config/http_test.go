@@ -102,14 +102,13 @@ func stalled(s *pulumiv1.Stack) {
 }
 
 // httpStep evaluates the http step of stackflow-promote for the Stack
-// dev/<stackName>, against analysisURL, and returns its evaluated config.
-func httpStep(t *testing.T, analysisURL, stackName string) map[string]any {
+// dev/<stackName>, against analysisURL, with a stackNotFoundGrace (the
+// default when empty), and returns its evaluated config.
+func httpStep(t *testing.T, analysisURL, stackName, grace string) map[string]any {
 	t.Helper()
-	st := roundTrip(t, stage(t, "dev"))
-	for _, v := range st["spec"].(map[string]any)["vars"].([]any) {
-		if v := v.(map[string]any); v["name"] == "stackName" {
-			v["value"] = stackName
-		}
+	st := withStageVars(t, stage(t, "dev"), map[string]string{"stackName": stackName})
+	if grace != "" {
+		st = withRefVars(t, st, map[string]string{"stackNotFoundGrace": grace})
 	}
 	runs, err := (&promotion{stage: st, tasks: allTasks(t), analysisURL: analysisURL,
 		commits: []kargoexpr.Commit{{RepoURL: programRepo, ID: programSHA}}}).run(t)
@@ -187,24 +186,27 @@ func TestHTTPStepAgainstStackflowAnalysis(t *testing.T) {
 		code             int
 		reason           string
 		want             int
+		grace            string
 	}{
-		{"Pending: no such Stack", analysis, "missing", 200, "StackNotFound", polling},
-		{"Pending: the Stack pins another commit", analysis, "other-commit", 200, "CommitNotTargeted", polling},
-		{"Running: update in flight", analysis, "in-flight", 200, "UpdateInProgress", polling},
-		{"Running: failed, retried", analysis, "retrying", 200, "RetryingAfterFailure", polling},
-		{"Succeeded", analysis, "web", 200, "UpdateSucceeded", succeeds},
-		{"Failed: stalled", analysis, "stalled", 200, "StackStalled", fails},
-		{"401", unauthorized, "web", 401, "Unauthorized", polling},
-		{"403", forbidden, "web", 403, "Forbidden", polling},
-		{"503 (TokenReview unavailable)", unavailable, "web", 503, "ServiceUnavailable", polling},
-		{"404 (wrong analysisURL path)", analysis + "/nowhere", "web", 404, "NotFound", polling},
-		{"502 HTML from a proxy", proxy(502, "text/html", "<html><body>Bad Gateway</body></html>"), "web", 502, "", polling},
-		{"502 text from a proxy", proxy(502, "text/plain", "upstream connect error"), "web", 502, "", polling},
-		{"200 text from something else", proxy(200, "text/plain", "Succeeded"), "web", 200, "", polling},
-		{"200 JSON array from something else", proxy(200, "application/json", `[{"phase":"Succeeded"}]`), "web", 200, "", polling},
+		{"Pending: no such Stack", analysis, "missing", 200, "StackNotFound", polling, ""},
+		// The wait started stackNotFoundGrace ago: the Stack is given up on.
+		{"Failed: no such Stack once the grace is over", analysis, "missing", 200, "StackNotFound", fails, "0s"},
+		{"Pending: the Stack pins another commit", analysis, "other-commit", 200, "CommitNotTargeted", polling, ""},
+		{"Running: update in flight", analysis, "in-flight", 200, "UpdateInProgress", polling, ""},
+		{"Running: failed, retried", analysis, "retrying", 200, "RetryingAfterFailure", polling, ""},
+		{"Succeeded", analysis, "web", 200, "UpdateSucceeded", succeeds, ""},
+		{"Failed: stalled", analysis, "stalled", 200, "StackStalled", fails, ""},
+		{"401", unauthorized, "web", 401, "Unauthorized", polling, ""},
+		{"403", forbidden, "web", 403, "Forbidden", polling, ""},
+		{"503 (TokenReview unavailable)", unavailable, "web", 503, "ServiceUnavailable", polling, ""},
+		{"404 (wrong analysisURL path)", analysis + "/nowhere", "web", 404, "NotFound", polling, ""},
+		{"502 HTML from a proxy", proxy(502, "text/html", "<html><body>Bad Gateway</body></html>"), "web", 502, "", polling, ""},
+		{"502 text from a proxy", proxy(502, "text/plain", "upstream connect error"), "web", 502, "", polling, ""},
+		{"200 text from something else", proxy(200, "text/plain", "Succeeded"), "web", 200, "", polling, ""},
+		{"200 JSON array from something else", proxy(200, "application/json", `[{"phase":"Succeeded"}]`), "web", 200, "", polling, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := httpStep(t, tt.url, tt.stack)
+			cfg := httpStep(t, tt.url, tt.stack, tt.grace)
 			code, header, body := send(t, cfg)
 			if code != tt.code {
 				t.Fatalf("HTTP %d (%s), want %d", code, body, tt.code)
@@ -236,8 +238,12 @@ func TestHTTPStepAgainstStackflowAnalysis(t *testing.T) {
 			}
 			if tt.want == fails {
 				msg, err := kargoexpr.EvalPlain(str(cfg, "errorExpression"), env)
-				if s, _ := msg.(string); err != nil || !strings.HasPrefix(s, "StackStalled: ") || !strings.Contains(s, "UpdateFailed") {
-					t.Errorf("errorExpression = %v, %v", msg, err)
+				want := []string{"StackStalled: ", "UpdateFailed"}
+				if tt.reason == "StackNotFound" {
+					want = []string{"StackNotFound: Stack dev/missing does not exist", "notFoundAfter"}
+				}
+				if s, _ := msg.(string); err != nil || !strings.HasPrefix(s, want[0]) || !strings.Contains(s, want[1]) {
+					t.Errorf("errorExpression = %v, %v; want %q", msg, err, want)
 				}
 			}
 			if tt.want == succeeds {

@@ -184,14 +184,16 @@ func TestNamespacedTasksAreTheClusterTasks(t *testing.T) {
 // defaults, the steps in order, retry.timeout a plain duration.
 func TestTaskShape(t *testing.T) {
 	wantSteps := map[string][]string{
-		"stackflow-promote":    {"git-clone", "yaml-update", "git-commit", "git-push", "argocd-update", "http", "compose-output"},
-		"stackflow-promote-pr": {"git-clone", "yaml-update", "git-commit", "git-push", "git-open-pr", "git-wait-for-pr", "argocd-update", "http", "compose-output"},
+		"stackflow-promote": {"fail", "git-clone", "yaml-parse", "fail", "yaml-update", "git-commit", "git-push", "argocd-update",
+			"compose-output", "http", "compose-output"},
+		"stackflow-promote-pr": {"fail", "git-clone", "yaml-parse", "fail", "yaml-update", "git-commit", "git-push", "git-open-pr",
+			"git-wait-for-pr", "argocd-update", "compose-output", "http", "compose-output"},
 	}
 	wantVars := map[string]string{
 		"repoURL": "", "manifestsRepoURL": "", "manifestsBranch": "main", "stackFile": "",
 		"stackNamespace": "", "stackName": "", "operation": "up",
 		"analysisURL": "http://stackflow-analysis.stackflow-system.svc:8080", "tokenSecret": "stackflow-verifier-token",
-		"argocdNamespace": "argocd",
+		"argocdNamespace": "argocd", "stackNotFoundGrace": "5m",
 	}
 	for _, task := range build(t, "tasks") {
 		name := str(task, "metadata", "name")
@@ -227,10 +229,12 @@ func TestTaskShape(t *testing.T) {
 	// The steps the two tasks share are the same (the http step's live test
 	// runs stackflow-promote's).
 	steps := map[string]map[string]any{}
+	shared := map[string]bool{"check-grace": true, "clone": true, "stack-file": true, "check-stack-file": true, "update-stack": true,
+		"commit": true, "grace": true, "verify": true}
 	for _, task := range build(t, "tasks") {
 		for _, s := range list(task, "spec", "steps") {
 			key := str(s, "as")
-			if prev, ok := steps[key]; ok && (key == "clone" || key == "update-stack" || key == "commit" || key == "verify") && !reflect.DeepEqual(prev, s) {
+			if prev, ok := steps[key]; ok && shared[key] && !reflect.DeepEqual(prev, s) {
 				t.Errorf("step %s differs between the tasks", key)
 			}
 			steps[key] = s

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
@@ -200,6 +201,10 @@ type stepRun struct {
 	skipped bool
 	config  map[string]any
 	output  map[string]any
+	// status is Skipped, Succeeded, Failed (a fail step) or Errored (a
+	// yaml-parse of a file that does not parse); err says why it errored.
+	status string
+	err    error
 }
 
 // promotion runs the promotion template of a Stage the way Kargo inflates and
@@ -208,7 +213,9 @@ type stepRun struct {
 // evaluated and validated against the step's schema, and its output is what
 // Kargo's step documents (git-push: commit, branch; git-open-pr: pr.id,
 // pr.url; git-wait-for-pr: commit; http: its outputs expressions over a
-// Succeeded answer of stackflow-analysis; compose-output: its config).
+// Succeeded answer of stackflow-analysis; compose-output: its config;
+// yaml-parse: its outputs over the file in files; fail: none, the step
+// fails).
 type promotion struct {
 	stage       map[string]any
 	tasks       map[string]map[string]any // by kind/name
@@ -216,6 +223,25 @@ type promotion struct {
 	analysisURL string // overrides the task's default, when set
 	// failBefore marks a task step (by alias) as failed after it ran.
 	failBefore string
+	// files are the manifests checkout's files, by path (as yaml-parse's
+	// path gives it, ./manifests/<stackFile>). When nil, every file is the
+	// Stack manifest of the step's vars stackNamespace and stackName.
+	files map[string]string
+}
+
+// stackManifest is a Stack manifest as a manifests repository holds it.
+func stackManifest(namespace, name string) string {
+	return fmt.Sprintf(`# The Stack %s/%s.
+apiVersion: pulumi.com/v1
+kind: Stack
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  stack: dev
+  projectRepo: https://github.com/example/infra.git
+  commit: "0000000000000000000000000000000000000000"
+`, namespace, name, name, namespace)
 }
 
 func (p *promotion) run(t *testing.T) ([]stepRun, error) {
@@ -258,7 +284,7 @@ func (p *promotion) run(t *testing.T) ([]stepRun, error) {
 				return nil, fmt.Errorf("%s: if: %w", r.alias, err)
 			}
 			if !run {
-				r.skipped = true
+				r.skipped, r.status = true, "Skipped"
 				statuses = append(statuses, kargoexpr.StepStatus{Alias: r.alias, Status: "Skipped"})
 				runs = append(runs, r)
 				continue
@@ -273,13 +299,36 @@ func (p *promotion) run(t *testing.T) ([]stepRun, error) {
 			if err := validate(t, r.uses, r.config); err != nil {
 				return nil, fmt.Errorf("%s (%s): %w", r.alias, r.uses, err)
 			}
-			r.output = p.output(t, r, promoName)
-			outputs[r.alias] = r.output
-			status := "Succeeded"
-			if str(s, "as") == p.failBefore {
-				status = "Failed"
+			r.status = "Succeeded"
+			switch r.uses {
+			case "fail":
+				r.status = "Failed"
+			case "yaml-parse":
+				file, ok := p.files[str(r.config, "path")]
+				if p.files == nil {
+					file, ok = stackManifest(fmt.Sprint(env.Vars["stackNamespace"]), fmt.Sprint(env.Vars["stackName"])), true
+				}
+				if !ok {
+					r.status, r.err = "Errored", fmt.Errorf("no file %s", str(r.config, "path"))
+					break
+				}
+				exprs := map[string]string{}
+				for _, o := range list(r.config, "outputs") {
+					exprs[str(o, "name")] = str(o, "fromExpression")
+				}
+				if r.output, r.err = kargoexpr.YAMLParse([]byte(file), exprs); r.err != nil {
+					r.status = "Errored"
+				}
+			default:
+				r.output = p.output(t, r, promoName)
 			}
-			statuses = append(statuses, kargoexpr.StepStatus{Alias: r.alias, Status: status})
+			if r.output != nil {
+				outputs[r.alias] = r.output
+			}
+			if str(s, "as") == p.failBefore {
+				r.status = "Failed"
+			}
+			statuses = append(statuses, kargoexpr.StepStatus{Alias: r.alias, Status: r.status})
 			runs = append(runs, r)
 		}
 	}
@@ -368,10 +417,12 @@ func TestStageSnippetsPromote(t *testing.T) {
 		{"staging", "staging", "stacks/staging/web.yaml", "preview", pushSHA, false, false},
 	} {
 		t.Run(tt.stage, func(t *testing.T) {
+			before := time.Now().UTC().Truncate(time.Second)
 			runs, err := (&promotion{stage: stage(t, tt.stage), tasks: tasks, commits: freight}).run(t)
 			if err != nil {
 				t.Fatal(err)
 			}
+			after := time.Now().UTC()
 			s := byAlias(runs)
 			check := func(what string, got, want any) {
 				t.Helper()
@@ -408,7 +459,22 @@ func TestStageSnippetsPromote(t *testing.T) {
 			v := s["verify"].config
 			check("http url", v["url"], "http://stackflow-analysis.stackflow-system.svc:8080/v1/namespaces/"+tt.ns+"/stacks/web/verification")
 			check("http headers", v["headers"], []any{map[string]any{"name": "Authorization", "value": "Bearer " + token}, map[string]any{"name": "Accept", "value": "application/json"}})
-			check("http queryParams", v["queryParams"], []any{map[string]any{"name": "commit", "value": programSHA}, map[string]any{"name": "operation", "value": tt.op}})
+			// The checks before the commit passed (skipped): the file is the
+			// Stage's Stack and the grace a duration.
+			for _, a := range []string{"check-grace", "check-stack-file"} {
+				if !s[a].skipped {
+					t.Errorf("%s ran: %v", a, s[a].config)
+				}
+			}
+			check("stack-file outputs", s["stack-file"].output, map[string]any{"apiVersion": "pulumi.com/v1", "kind": "Stack", "namespace": tt.ns, "name": "web"})
+			// The wait stops accepting a missing Stack 5 minutes (the
+			// default grace) after it starts.
+			nfa, _ := s["grace"].output["stackNotFoundAfter"].(string)
+			if at, err := time.Parse(time.RFC3339, nfa); err != nil || at.Before(before.Add(5*time.Minute)) || at.After(after.Add(5*time.Minute)) || !strings.HasSuffix(nfa, "Z") {
+				t.Errorf("stackNotFoundAfter %q (%v), want 5m after %s–%s, in UTC", nfa, err, before, after)
+			}
+			check("http queryParams", v["queryParams"], []any{map[string]any{"name": "commit", "value": programSHA}, map[string]any{"name": "operation", "value": tt.op},
+				map[string]any{"name": "notFoundAfter", "value": nfa}})
 			want := map[string]any{"manifestsCommit": tt.manifestsCommit, "stackCommit": programSHA, "update": "web-7",
 				"permalink": "https://app.pulumi.com/acme/web/dev/updates/7"}
 			if tt.pr {

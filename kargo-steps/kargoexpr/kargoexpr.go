@@ -47,6 +47,11 @@
 //   - The http step's own expressions (HTTPEnv, EvalPlain): plain expr over
 //     response{status, header(name), headers, body}, body decoded as Kargo's
 //     step does.
+//   - The yaml-parse step (YAMLParse): the file decoded with sigs.k8s.io/yaml
+//     (the version Kargo uses, which reads the first document only), each
+//     output a plain expr expression over the decoded document.
+//   - expr-lang's own builtins (now(), duration(), string(), matches, …),
+//     which Kargo leaves enabled: now() is the evaluating process's clock.
 //
 // Not modelled: how commitFrom finds the origin when several Warehouses
 // subscribe to the repository (this evaluator takes the first Freight commit
@@ -58,12 +63,14 @@ package kargoexpr
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/expr-lang/expr"
+	"sigs.k8s.io/yaml"
 )
 
 // Commit is a Git commit of a piece of Freight, with the fields Kargo's
@@ -486,4 +493,33 @@ func EvalPlain(expression string, env map[string]any) (any, error) {
 		return nil, err
 	}
 	return expr.Run(program, env)
+}
+
+// YAMLParse does what Kargo's yaml-parse step does with a file's bytes and
+// its outputs (name → fromExpression): it decodes the file with
+// sigs.k8s.io/yaml (the first document only) and evaluates each expression,
+// compiled without options, over the decoded document. An empty file, a file
+// that does not parse, or an expression that fails is an error, which fails
+// the step.
+func YAMLParse(data []byte, outputs map[string]string) (map[string]any, error) {
+	if len(data) == 0 {
+		return nil, errors.New("could not parse empty YAML file")
+	}
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("could not parse YAML file: %w", err)
+	}
+	out := make(map[string]any, len(outputs))
+	for name, expression := range outputs {
+		program, err := expr.Compile(expression)
+		if err != nil {
+			return nil, fmt.Errorf("error compiling expression %q: %w", expression, err)
+		}
+		v, err := expr.Run(program, doc)
+		if err != nil {
+			return nil, fmt.Errorf("failed to extract outputs: error evaluating expression %q: %w", expression, err)
+		}
+		out[name] = v
+	}
+	return out, nil
 }

@@ -13,8 +13,9 @@ type Finding struct {
 	Document  int    // 1-based index of the Stack's document in File
 	Name      string
 	Namespace string
-	// Editable says whether Kargo's yaml-update step can pin this Stack:
-	// the Stack is the first document of its file, spec is a block mapping,
+	// Editable says whether the stackflow-promote tasks (Kargo's
+	// yaml-update step) can pin this Stack: the Stack is the first document
+	// of its file, gives metadata.namespace, spec is a block mapping,
 	// spec.commit exists as a non-empty plain or quoted scalar on one line
 	// and spec.branch is absent.
 	Editable bool
@@ -26,6 +27,12 @@ type Finding struct {
 	// stackFile var; empty when the Stack is not Editable.
 	StackFile string
 }
+
+// NoNamespaceReason is why the tasks cannot promote a Stack manifest without
+// metadata.namespace: before committing, they check that stackFile holds
+// the Stage's Stack, namespace and name, and which namespace such a manifest
+// lands in depends on the Argo CD Application, which they cannot see.
+const NoNamespaceReason = "metadata.namespace is missing: the stackflow-promote tasks refuse a Stack manifest that does not give its namespace (they check that stackFile holds the Stage's stackNamespace/stackName before committing); add metadata.namespace"
 
 // Lint reports, for every Stack manifest under dir, whether the open-source
 // Kargo yaml-update step can edit its spec.commit, and why not.
@@ -80,6 +87,9 @@ func lint(s *stack) Finding {
 		if len(pairs(spec, "branch")) > 0 {
 			f.Reasons = append(f.Reasons, "spec.branch is set: a pinned Stack may not have spec.branch (the CRD rejects branch and commit together) and yaml-update cannot remove keys; remove spec.branch")
 		}
+	}
+	if s.namespace == "" {
+		f.Reasons = append(f.Reasons, NoNamespaceReason)
 	}
 	if bytes.Contains(s.f.data, []byte("\r\n")) {
 		f.Warnings = append(f.Warnings, "the file has CRLF line endings: yaml-update rewrites every line ending of the file as LF")

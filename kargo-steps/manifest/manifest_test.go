@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -254,6 +255,10 @@ func TestSetCommitWalk(t *testing.T) {
 	}
 }
 
+// namespaceApp finds the metadata.name line of a Stack named app in the
+// test data ($1 the line, $2 its line ending).
+var namespaceApp = regexp.MustCompile(`(?m)^(  name: ["']?app["']?)(\r?\n)`)
+
 func TestLint(t *testing.T) {
 	const (
 		docReason    = "the Stack is document %d of the file: Kargo's yaml-update edits only the first document; move it to a file of its own"
@@ -301,7 +306,17 @@ func TestLint(t *testing.T) {
 		t.Run(tc.input, func(t *testing.T) {
 			dir := t.TempDir()
 			file := "stacks/" + tc.input + ".yaml"
-			writeFiles(t, dir, map[string]string{file: string(readTestdata(t, tc.input+".yaml")), "chart/templates/cm.yaml": helm})
+			data := readTestdata(t, tc.input+".yaml")
+			// The tasks refuse a Stack without a namespace (below): give
+			// one to the Stacks that have none, so each case tests what it
+			// is about.
+			if tc.want[0].Namespace == "" {
+				data = namespaceApp.ReplaceAll(data, []byte("$1$2  namespace: test$2"))
+				for i := range tc.want {
+					tc.want[i].Namespace = "test"
+				}
+			}
+			writeFiles(t, dir, map[string]string{file: string(data), "chart/templates/cm.yaml": helm})
 			got, err := Lint(dir)
 			if err != nil {
 				t.Fatal(err)
@@ -317,6 +332,15 @@ func TestLint(t *testing.T) {
 			}
 		})
 	}
+	t.Run("no namespace", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFiles(t, dir, map[string]string{"web.yaml": string(readTestdata(t, "quoted-double.yaml"))})
+		got, err := Lint(dir)
+		want := []Finding{{File: "web.yaml", Document: 1, Name: "app", Reasons: []string{NoNamespaceReason}}}
+		if err != nil || !cmp.Equal(got, want) {
+			t.Errorf("findings %+v, %v; want %+v", got, err, want)
+		}
+	})
 	t.Run("unparsable", func(t *testing.T) {
 		dir := t.TempDir()
 		writeFiles(t, dir, map[string]string{"a.yaml": "apiVersion: pulumi.com/v1\nkind: Stack\nspec: [\n"})

@@ -25,6 +25,12 @@ type Options struct {
 	Operation                verification.Operation
 	// Timeout bounds the whole wait.
 	Timeout time.Duration
+	// NotFoundAfter, when set, is sent with every request (notFoundAfter):
+	// from then on the service answers Failed (StackNotFound) for a Stack
+	// that does not exist, which ends the wait. The caller sets it to the
+	// start of its wait plus its grace. Zero: a missing Stack is waited for
+	// until Timeout.
+	NotFoundAfter time.Time
 	// TokenFile holds the bearer token, read before every request (a
 	// projected ServiceAccount token rotates).
 	TokenFile string
@@ -82,10 +88,7 @@ func Wait(ctx context.Context, o Options) (Outcome, error) {
 	var lastErr error
 	pause := o.Retry
 	for {
-		poll := o.Poll
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < poll+time.Second {
-			poll = max(time.Until(dl)-time.Second, time.Second)
-		}
+		poll := o.longPoll(ctx, time.Now())
 		res, err := o.ask(ctx, poll)
 		switch {
 		case errors.Is(err, errPermanent):
@@ -117,6 +120,21 @@ func Wait(ctx context.Context, o Options) (Outcome, error) {
 			return timedOut(o, last, nil), nil
 		}
 	}
+}
+
+// longPoll is how long the next request may be held: o.Poll, shortened to
+// end a second before the wait's deadline, and to end a second after
+// NotFoundAfter while that is ahead (the service's long poll wakes on a
+// change of the Stack, and the grace ending is none).
+func (o Options) longPoll(ctx context.Context, now time.Time) time.Duration {
+	poll := o.Poll
+	if dl, ok := ctx.Deadline(); ok && dl.Sub(now) < poll+time.Second {
+		poll = max(dl.Sub(now)-time.Second, time.Second)
+	}
+	if nf := o.NotFoundAfter.Sub(now); nf > 0 && nf+time.Second < poll {
+		poll = nf + time.Second
+	}
+	return poll
 }
 
 func timedOut(o Options, last verification.Result, err error) Outcome {
@@ -171,6 +189,9 @@ func (e *httpError) Unwrap() error {
 
 func (o Options) ask(ctx context.Context, poll time.Duration) (verification.Result, error) {
 	q := url.Values{"commit": {strings.ToLower(o.Commit)}, "operation": {string(o.Operation)}, "wait": {poll.Round(time.Second).String()}}
+	if !o.NotFoundAfter.IsZero() {
+		q.Set("notFoundAfter", o.NotFoundAfter.UTC().Format(time.RFC3339))
+	}
 	u := strings.TrimSuffix(o.URL, "/") + "/v1/namespaces/" + url.PathEscape(o.Namespace) + "/stacks/" + url.PathEscape(o.Stack) + "/verification?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {

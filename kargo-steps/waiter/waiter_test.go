@@ -12,7 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/stackflow-io/stackflow/analysis/server"
 	"github.com/stackflow-io/stackflow/analysis/verification"
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 )
 
 const sha = "0123456789abcdef0123456789abcdef01234567"
@@ -132,6 +137,76 @@ func TestWaitOptions(t *testing.T) {
 		mod(&o)
 		if _, err := Wait(context.Background(), o); err == nil {
 			t.Errorf("%+v accepted", o)
+		}
+	}
+}
+
+// noStacks is a Stack source holding no Stack, for the real handler.
+type noStacks struct{}
+
+func (noStacks) Stack(context.Context, types.NamespacedName) (*pulumiv1.Stack, error) {
+	return nil, nil
+}
+func (noStacks) Update(context.Context, types.NamespacedName) *autov1alpha1.Update { return nil }
+func (noStacks) Watch(types.NamespacedName) (<-chan struct{}, func()) {
+	return make(chan struct{}), func() {}
+}
+func (noStacks) Synced() bool { return true }
+
+type allowAll struct{}
+
+func (allowAll) Stack(*http.Request, string, string) error { return nil }
+func (allowAll) Path(*http.Request, string) error          { return nil }
+
+// TestWaitGivesUpOnAMissingStack: against the analysis service's handler,
+// a wait for a Stack that does not exist ends Failed (StackNotFound) once
+// NotFoundAfter has come, not at the timeout, even with a long poll that the
+// service holds for 25 s (the grace ending wakes no waiter on its side).
+func TestWaitGivesUpOnAMissingStack(t *testing.T) {
+	srv := httptest.NewServer(server.New(server.Options{Stacks: noStacks{}, Guard: allowAll{}}))
+	defer srv.Close()
+	o := options(srv.URL)
+	o.Poll, o.Timeout = verification.MaxWait, time.Minute
+	start := time.Now()
+	o.NotFoundAfter = start.Add(2 * time.Second)
+	out, err := Wait(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if out.Succeeded || out.Result.Phase != verification.PhaseFailed || out.Reason != verification.ReasonStackNotFound || !strings.Contains(out.Message, "Stack dev/web does not exist") {
+		t.Fatalf("outcome %+v", out)
+	}
+	// Seconds are what notFoundAfter carries; the last long poll ends a
+	// second after it.
+	if took < time.Second || took > 8*time.Second {
+		t.Fatalf("the wait ended after %s, want about 2–3 s", took)
+	}
+	t.Logf("Failed %s after the start: %s", took.Round(10*time.Millisecond), out.Message)
+}
+
+func TestLongPoll(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(time.Hour))
+	defer cancel()
+	short, cancelShort := context.WithDeadline(context.Background(), now.Add(10*time.Second))
+	defer cancelShort()
+	for _, tt := range []struct {
+		name          string
+		ctx           context.Context
+		notFoundAfter time.Time
+		want          time.Duration
+	}{
+		{"no grace", ctx, time.Time{}, 25 * time.Second},
+		{"grace far ahead", ctx, now.Add(time.Minute), 25 * time.Second},
+		{"grace ends within the poll", ctx, now.Add(5 * time.Second), 6 * time.Second},
+		{"grace over", ctx, now.Add(-time.Minute), 25 * time.Second},
+		{"deadline first", short, now.Add(20 * time.Second), 9 * time.Second},
+		{"grace before the deadline", short, now.Add(3 * time.Second), 4 * time.Second},
+	} {
+		o := Options{Poll: 25 * time.Second, NotFoundAfter: tt.notFoundAfter}
+		if got := o.longPoll(tt.ctx, now); got != tt.want {
+			t.Errorf("%s: long poll %s, want %s", tt.name, got, tt.want)
 		}
 	}
 }

@@ -89,6 +89,11 @@ type pipeline struct {
 //   - Release 2 is broken: its dev Promotion fails with the analysis
 //     service's reason, the Freight is not verified in dev, and Kargo refuses
 //     a Promotion of it into test ("not available").
+//   - Two Stages of the test's own make a user's mistakes
+//     (wrongstack_test.go): one waits for a Stack the cluster never gets, and
+//     its Promotion fails with StackNotFound once its stackNotFoundGrace is
+//     over; the other has a mistyped stackName, and its Promotion is refused
+//     before any commit, naming both Stacks.
 //
 // Each commit is applied once per stage, per the Pulumi backend's history.
 func TestKargoPromotesStacks(t *testing.T) {
@@ -104,9 +109,14 @@ func TestKargoPromotesStacks(t *testing.T) {
 	// Release 1: Freight, then dev and preview by auto-promotion.
 	f1 := p.waitFreight(ctx, r1, 2*time.Minute)
 	t.Logf("release 1 %.7s is Freight %s (%s)", r1, f1.Name, f1.Alias)
+	// Into the Stage whose Stack never appears, now: it fails on its own
+	// time, checked after prod.
+	if _, err := p.Promote(ctx, absentStage, f1.Name); err != nil {
+		t.Fatal(err)
+	}
 	for _, st := range []string{"dev", "preview"} {
 		promo := p.waitPromotion(ctx, st, f1.Name, "Succeeded", 4*time.Minute)
-		p.checkSteps(promo, "git-clone", "yaml-update", "git-commit", "git-push", "argocd-update", "http", "compose-output")
+		p.checkSteps(promo, promoteSteps...)
 		p.sameAsKargo(ctx, promo, f1)
 	}
 	p.waitVerified(ctx, f1.Name, 3*time.Minute, "dev", "preview")
@@ -130,6 +140,7 @@ func TestKargoPromotesStacks(t *testing.T) {
 
 	// prod: through a pull request that a reviewer merges.
 	merged := p.prodThroughPullRequest(ctx, f1, r1)
+	p.absentStackFailsAfterTheGrace(ctx, f1.Name)
 	// Release 1 was committed before the Warehouse existed: its clock starts
 	// when the Warehouse was applied.
 	tl.report(t, "release 1", r1, p.start, f1.Name, map[string]time.Time{"dev": {}, "preview": {}, "test": testStart, "prod": merged})
@@ -159,6 +170,10 @@ func TestKargoPromotesStacks(t *testing.T) {
 	if _, err := p.Promote(ctx, "test", f2.Name); err == nil || !strings.Contains(err.Error(), "not available to this Stage") {
 		t.Errorf("a Promotion of the broken Freight %s into test: %v, want Kargo's refusal: not available to this Stage", f2.Name, err)
 	}
+	// A Stage with a mistyped stackName and test's stackFile takes it
+	// (its Freight comes directly from the Warehouse): refused before any
+	// commit, so web-test keeps release 1.
+	p.typoIsRefusedBeforeAnyCommit(ctx, f2.Name, r1)
 
 	// dev's push of release 2 moved the manifests branch past the commits
 	// that test's and prod's promotions made: their Stages stay Healthy
@@ -209,10 +224,11 @@ func (p *pipeline) setUp(ctx context.Context) string {
 	var err error
 	p.Pipeline, err = kargo.StartPipeline(ctx, kargo.PipelineOptions{Client: c, Config: cp.Config, RepoRoot: substrate.RepoRoot(),
 		Dir: t.TempDir(), Proxy: proxy, ProgramURL: p.program.HTTPURL(srv), AnalysisAddr: startAnalysis(t),
-		GitHubToken: githubToken, RetryCap: 2, Say: t.Logf})
+		GitHubToken: githubToken, RetryCap: 2, Manifests: extraManifests(), Say: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.applyMistakenStages(ctx, p.program.HTTPURL(srv))
 	t.Cleanup(p.Close)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -291,8 +307,13 @@ func (p *pipeline) waitPromotion(ctx context.Context, stage, freight, want strin
 	return promo
 }
 
+// promoteSteps are the steps of stackflow-promote.
+var promoteSteps = []string{"fail", "git-clone", "yaml-parse", "fail", "yaml-update", "git-commit", "git-push", "argocd-update",
+	"compose-output", "http", "compose-output"}
+
 // checkSteps checks the Promotion ran the task's steps, inflated by Kargo
-// from the Stage's task reference, each Succeeded.
+// from the Stage's task reference, each Succeeded but the checks (fail
+// steps), each Skipped.
 func (p *pipeline) checkSteps(promo *kargo.Promotion, uses ...string) {
 	p.t.Helper()
 	var got []string
@@ -304,8 +325,8 @@ func (p *pipeline) checkSteps(promo *kargo.Promotion, uses ...string) {
 		return
 	}
 	for i, m := range promo.Status.StepMeta {
-		if m.Status != "Succeeded" {
-			p.t.Errorf("Promotion %s step %d (%s) ended %s: %s", promo.Name, i, uses[i], m.Status, m.Message)
+		if want := map[bool]string{true: "Skipped", false: "Succeeded"}[uses[i] == "fail"]; m.Status != want {
+			p.t.Errorf("Promotion %s step %d (%s) ended %s, want %s: %s", promo.Name, i, uses[i], m.Status, want, m.Message)
 		}
 	}
 }
@@ -457,7 +478,8 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, f *kargo.Freight,
 		t.Fatal(err)
 	}
 	promo := p.waitPromotion(ctx, "prod", freight, "Succeeded", 3*time.Minute)
-	p.checkSteps(promo, "git-clone", "yaml-update", "git-commit", "git-push", "git-open-pr", "git-wait-for-pr", "argocd-update", "http", "compose-output")
+	p.checkSteps(promo, "fail", "git-clone", "yaml-parse", "fail", "yaml-update", "git-commit", "git-push", "git-open-pr", "git-wait-for-pr",
+		"argocd-update", "compose-output", "http", "compose-output")
 	p.waitVerified(ctx, freight, 2*time.Minute, "prod")
 	p.stackRan(ctx, "web-prod", commit, autov1alpha1.UpType)
 	p.verifiedByRollouts(ctx, "prod", commit)

@@ -66,6 +66,9 @@ type PipelineOptions struct {
 	GitHubToken string
 	// RetryCap is ExampleOptions.RetryCap.
 	RetryCap int64
+	// Manifests are files (path → content) seeded in the manifests
+	// repository besides the example's manifests/, for a test's own Stages.
+	Manifests map[string]string
 	// Say, when set, narrates the set-up.
 	Say func(format string, args ...any)
 }
@@ -121,6 +124,12 @@ func StartPipeline(ctx context.Context, o PipelineOptions) (_ *Pipeline, err err
 	p.ManifestsURL = p.GitHub.CloneURL(ManifestsOwner, ManifestsRepo)
 	if p.Example, err = LoadExample(ExampleOptions{RepoRoot: o.RepoRoot, ProgramURL: o.ProgramURL, ManifestsURL: p.ManifestsURL, RetryCap: o.RetryCap}); err != nil {
 		return nil, err
+	}
+	for path, content := range o.Manifests {
+		if _, ok := p.Example.Manifests[path]; ok {
+			return nil, fmt.Errorf("manifest %s is the example's own", path)
+		}
+		p.Example.Manifests[path] = []byte(content)
 	}
 	if err := p.seedManifests(ctx); err != nil {
 		return nil, fmt.Errorf("seed the manifests repository: %w", err)
