@@ -17,6 +17,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
+	"github.com/stackflow-io/stackflow/test/framework/hostile"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -47,6 +48,12 @@ func run(m *testing.M) int {
 		}
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	// The hostile HTTPS git servers' CA (TestHostileGitServersHoldNoOtherStack),
+	// trusted before anything in this process loads the system roots.
+	if err := os.Setenv("SSL_CERT_FILE", hostile.CAFile(&testing.T{})); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	cp, err = substrate.StartControlPlane()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

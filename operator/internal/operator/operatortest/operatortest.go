@@ -12,6 +12,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -25,9 +26,17 @@ import (
 // Controller names may repeat: tests start several operators in one process.
 func StartOperator(t testing.TB, cfg *rest.Config, opts operator.Options) (op *operator.Operator, stop func()) {
 	t.Helper()
+	return StartOperatorLogging(t, cfg, opts, ctrl.Log)
+}
+
+// StartOperatorLogging is StartOperator with the operator's log going to
+// log (e.g. zap.New(zap.WriteTo(w))) instead of the process's.
+func StartOperatorLogging(t testing.TB, cfg *rest.Config, opts operator.Options, log logr.Logger) (op *operator.Operator, stop func()) {
+	t.Helper()
 	skip := true
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Logger: log,
 		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:      operator.CacheOptions(opts.WatchNamespaces),
 		Controller: config.Controller{SkipNameValidation: &skip},
