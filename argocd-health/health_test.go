@@ -49,7 +49,7 @@ var healthCases = []healthCase{
 	{"captured/stack-stalled.yaml", degraded,
 		`Stalled (UpdateFailed): the update failed 5 times in a row: stackflowtest: record "fx-stalled": failOn=create: create refused; fix the program or its configuration, push a new commit, or request a reconciliation (retrying anyway in {duration})`, ""},
 	{"captured/stack-stalled-source.yaml", degraded,
-		"Stalled (SourceUnavailable): resolve branch missing of file:///git/fixtures.git: branch missing not found in file:///git/fixtures.git", ""},
+		"Stalled (SourceUnavailable): resolve branch missing: branch missing not found in file:///git/fixtures.git", ""},
 	{"captured/stack-waiting-prerequisite.yaml", progressing,
 		"Waiting for prerequisite stalled: prerequisite stalled's last update failed", ""},
 	{"captured/stack-new-generation.yaml", progressing,

@@ -211,7 +211,7 @@ func TestCrossNamespaceKnownHostsStalls(t *testing.T) {
 		say string
 	}{
 		{sshStack, "gitAuth.sshAuth.knownHosts (namespace kube-system)"},
-		{appStack, "host metadata.internal is not one the operator may reach for GitHub Apps (--github-api-hosts: ghe.example.com)"},
+		{appStack, "host metadata.internal is not one Stackflow may reach for GitHub Apps: api.github.com, and the GitHub Enterprise Server hosts of --github-api-hosts (ghe.example.com)"},
 	} {
 		t.Run(tc.s.Name, func(t *testing.T) {
 			if err := c.Create(ctx, tc.s); err != nil {
