@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/stackflow-io/stackflow/test/framework/logbuf"
 	"io"
 	"net"
 	"net/http"
@@ -13,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -218,10 +217,10 @@ func TestGuardFailureDetailOnlyInLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs logbuf.Buffer
 	src := newSource()
 	src.put(stackAt(pulumiv1.SucceededStackStateMessage))
-	srv := httptest.NewServer(New(Options{Stacks: src, Guard: authGuard{kubeauth.New(kubeauth.Options{Client: cs, TTL: -1})}, Log: logs.logger()}))
+	srv := httptest.NewServer(New(Options{Stacks: src, Guard: authGuard{kubeauth.New(kubeauth.Options{Client: cs, TTL: -1})}, Log: logs.Logger()}))
 	t.Cleanup(srv.Close)
 
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/namespaces/dev/stacks/web/verification?commit="+sha, nil)
@@ -261,26 +260,6 @@ func (g authGuard) Stack(r *http.Request, namespace, name string) error {
 func (g authGuard) Path(r *http.Request, path string) error {
 	_, err := g.a.Check(r, kubeauth.PathTarget(path))
 	return err
-}
-
-// logBuffer collects what a logr.Logger writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.b.WriteString(prefix + " " + args + "\n")
-	}, funcr.Options{})
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestMethodsAndBodies(t *testing.T) {

@@ -4,36 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/stackflow-io/stackflow/test/framework/logbuf"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 )
-
-// logBuffer is a logr sink writing into a string.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		fmt.Fprintln(&l.b, prefix, args)
-	}, funcr.Options{})
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func decode(t *testing.T, rec *httptest.ResponseRecorder) Body {
 	t.Helper()
@@ -93,10 +72,10 @@ func TestWrite(t *testing.T) {
 // TestFailLogsTheDetailOnly: the answer has the fixed message and a request
 // ID; the log line has the same ID and the error, URL credentials masked.
 func TestFailLogsTheDetailOnly(t *testing.T) {
-	var logs logBuffer
+	var logs logbuf.Buffer
 	err := errors.New(`Post "https://stackflow:hunter22@10.96.0.1:443/apis/authentication.k8s.io/v1/tokenreviews": dial tcp 10.96.0.1:443: connect: connection refused`)
 	rec := httptest.NewRecorder()
-	id := Fail(rec, httptest.NewRequest("GET", "/v1/x", nil), logs.logger(), http.StatusServiceUnavailable, ServiceUnavailable, "the API server did not answer; retry later", err)
+	id := Fail(rec, httptest.NewRequest("GET", "/v1/x", nil), logs.Logger(), http.StatusServiceUnavailable, ServiceUnavailable, "the API server did not answer; retry later", err)
 	b := decode(t, rec)
 	if b.RequestID != id || len(id) != 16 || rec.Header().Get(RequestIDHeader) != id || b.Message != "the API server did not answer; retry later" {
 		t.Fatalf("body %+v, header %q, id %q", b, rec.Header().Get(RequestIDHeader), id)
@@ -130,9 +109,9 @@ func TestError(t *testing.T) {
 		{"any other error is a 500", errors.New(detail), 500, InternalError, "internal error; the server's log has the detail under the request ID", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs logBuffer
+			var logs logbuf.Buffer
 			rec := httptest.NewRecorder()
-			if code := Error(rec, httptest.NewRequest("GET", "/", nil), logs.logger(), tt.err); code != tt.code {
+			if code := Error(rec, httptest.NewRequest("GET", "/", nil), logs.Logger(), tt.err); code != tt.code {
 				t.Fatalf("code %d, want %d", code, tt.code)
 			}
 			b := decode(t, rec)

@@ -1,15 +1,14 @@
 package devenv
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/stackflow-io/stackflow/test/framework/logbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,7 +75,7 @@ func TestSIGTERMStopsTheRun(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "run")
 			cmd := tt.cmd(dir)
 			cmd.Dir = root
-			out := &syncBuffer{}
+			out := &logbuf.Buffer{}
 			cmd.Stdout, cmd.Stderr = out, out
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := cmd.Start(); err != nil {
@@ -269,22 +268,4 @@ func findProc(ps []proc, comm string) (proc, bool) {
 		}
 	}
 	return proc{}, false
-}
-
-// syncBuffer is a bytes.Buffer safe for a child's stdout and stderr.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

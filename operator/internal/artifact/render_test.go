@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stackflow-io/stackflow/test/framework/logbuf"
 	"io"
 	"io/fs"
 	"net/http"
@@ -12,9 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 
 	"github.com/stackflow-io/stackflow/test/framework/leaks"
 )
@@ -52,26 +50,6 @@ func (o *objects) render(_ context.Context, kind, ns, name string) ([]byte, erro
 	return TarGz(files)
 }
 
-// logBuffer collects what a logr.Logger writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.b.WriteString(prefix + " " + args + "\n")
-	}, funcr.Options{})
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func get(t *testing.T, method, url string, header ...string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
@@ -102,9 +80,9 @@ func TestReplicasServeTheSameArtifact(t *testing.T) {
 	v1 := map[string][]byte{"Pulumi.yaml": []byte("name: web\nruntime: yaml\n")}
 	objs.set("ns", "web", v1)
 
-	var logs logBuffer
+	var logs logbuf.Buffer
 	leader := &Store{Dir: t.TempDir(), BaseURL: "http://leader", Render: objs.render}
-	follower := &Store{Dir: t.TempDir(), BaseURL: "http://follower", Render: objs.render, Log: logs.logger()}
+	follower := &Store{Dir: t.TempDir(), BaseURL: "http://follower", Render: objs.render, Log: logs.Logger()}
 	noDir := &Store{Render: objs.render}
 	tarball, err := TarGz(v1)
 	if err != nil {

@@ -1,8 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
+	"github.com/stackflow-io/stackflow/test/framework/logbuf"
 	"net"
 	"strings"
 	"sync"
@@ -33,7 +33,7 @@ func TestHostileGitServersHoldNoOtherStack(t *testing.T) {
 	e.opts.StackWorkers = 2
 	e.opts.GitListLimits = gitremote.Limits{Timeout: 20 * time.Second, IdleTimeout: 8 * time.Second, MaxBytes: 1 << 20,
 		TimeoutFlag: "--git-timeout", IdleFlag: "--git-idle-timeout", BytesFlag: "--git-max-listing-bytes"}
-	var logs syncedLog
+	var logs logbuf.Buffer
 	_, stop := operatortest.StartOperatorLogging(t, cp.Config, e.opts, zap.New(zap.UseDevMode(true), zap.WriteTo(&logs)))
 	other := cp.Namespace(t)
 
@@ -172,29 +172,4 @@ func TestHostileGitServersHoldNoOtherStack(t *testing.T) {
 	if after := logs.From(before); strings.Contains(after, "Reconciler error") || strings.Contains(after, "context canceled") {
 		t.Errorf("stopping logged errors:\n%s", after)
 	}
-}
-
-// syncedLog collects a log written from many goroutines.
-type syncedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *syncedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *syncedLog) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Len()
-}
-
-// From is what was written after the first n bytes.
-func (l *syncedLog) From(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()[n:]
 }

@@ -1,12 +1,11 @@
 package secrets
 
 import (
-	"bytes"
 	"fmt"
+	"github.com/stackflow-io/stackflow/test/framework/logbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,7 +19,7 @@ var (
 	// agentBin is the agent built for this run.
 	agentBin string
 	// operatorLog receives everything the in-process operator logs.
-	operatorLog syncBuffer
+	operatorLog logbuf.Buffer
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -47,22 +46,4 @@ func run(m *testing.M) int {
 	}
 	defer cp.Stop()
 	return m.Run()
-}
-
-// syncBuffer is a bytes.Buffer safe for the operator's concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
