@@ -195,8 +195,7 @@ test-cluster: ## Run the end-to-end tests on a real single-node cluster (root; b
 	go vet -tags cluster ./operator/test/clustere2e/
 	$(MAKE) --no-print-directory test-cluster-run
 
-# test-cluster-run runs them on the substrate make substrate obtained.
-test-cluster-run:
+test-cluster-run: ## Run the cluster tests on the substrate already obtained (as make test does, beside go test ./...)
 	eval "$$($(SUBSTRATE) env)" && GOGC=$(STACKFLOW_GOGC) go test -tags cluster -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./operator/test/clustere2e/
 
 .PHONY: bench-analysis
