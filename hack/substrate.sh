@@ -387,9 +387,10 @@ CNI_BIN_DIR=/usr/lib/cni
 # otherwise it prints the first requirement missing, in a few words, and
 # fails. make test asks it before building the cluster substrate and before
 # running the cluster tests, so that a machine that cannot run them says so
-# at once, and why, rather than by a failing test. It takes well under a
-# second and leaves nothing behind (its namespaces end with their commands,
-# its cgroups and directories are removed).
+# at once, and why, rather than by a failing test. It takes 0.2 CPU-s, a few
+# seconds at most on a loaded machine (making and removing cgroups, mostly),
+# and leaves nothing behind (its namespaces end with their commands, its
+# cgroups and directories are removed).
 cluster_check() {
   local err h dir c missing=() have
   # cluster.BuildImages puts the substrate's amd64 binaries in the test
