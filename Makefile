@@ -48,12 +48,28 @@ TEST_FIRST := ./operator/test/e2e ./operator/test/argocde2e ./operator/test/veri
 help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z0-9_.-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# CLUSTER_TESTS says whether make test builds the cluster substrate and runs
+# the real-cluster tests (operator/test/clustere2e): auto (the default) where
+# `hack/substrate.sh cluster-check` finds that the machine can run the cluster
+# (root, namespaces, cgroups, …; a cheap probe), and elsewhere says which
+# requirement is missing; on always (a machine that cannot then fails); off
+# never.
+CLUSTER_TESTS ?= auto
+ifeq ($(filter $(CLUSTER_TESTS),auto on off),)
+$(error CLUSTER_TESTS=$(CLUSTER_TESTS): use auto, on or off)
+endif
+# CLUSTER_SKIP is a shell command printing why make test leaves the cluster
+# tests out, and nothing when it runs them.
+CLUSTER_SKIP = case '$(CLUSTER_TESTS)' in off) echo 'CLUSTER_TESTS=off' ;; auto) $(SUBSTRATE) cluster-check || true ;; esac
+
 .PHONY: substrate
 # Each substrate target first says what it will take or build and how long a
 # cold build takes (hack/substrate.sh plan), then prints progress while it builds.
-substrate: ## Obtain what make test needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, Argo CD v3 components, Kargo where ../shared/kargo/src is): cached, installed or built
-	@echo "[substrate] make test needs:"; $(SUBSTRATE) plan all
-	$(SUBSTRATE) all
+substrate: ## Obtain what make test needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml, rollouts-controller, Argo CD v3 components, Kargo where ../shared/kargo/src is; the cluster substrate where the cluster tests run, see CLUSTER_TESTS): cached, installed or built
+	@why=$$($(CLUSTER_SKIP)); set -- all cluster; \
+	if [ -n "$$why" ]; then set -- all; echo "[substrate] the cluster substrate is left out, the cluster tests will not run: $$why"; fi; \
+	echo "[substrate] make test needs:"; $(SUBSTRATE) plan "$$@"; \
+	echo "$(SUBSTRATE) $$*"; $(SUBSTRATE) "$$@"
 
 .PHONY: substrate-run
 substrate-run: ## Obtain only what make run needs (kube-apiserver, etcd, pulumi, pulumi-language-yaml)
@@ -108,24 +124,31 @@ health-fixtures: substrate-run ## Re-capture argocd-health/testdata/captured fro
 	eval "$$($(SUBSTRATE) env)" && STACKFLOW_UPDATE_FIXTURES=1 go test -count=1 -run TestCaptureHealthFixtures ./operator/test/e2e/
 
 .PHONY: build
-build: ## Build every package and vet it
+# The cluster tests (build tag cluster) are vetted on every machine, also
+# where they cannot run.
+build: ## Build every package and vet it (the cluster tests too)
 	GOGC=$(STACKFLOW_GOGC) go build ./...
 	GOGC=$(STACKFLOW_GOGC) go vet ./...
+	GOGC=$(STACKFLOW_GOGC) go vet -tags cluster ./operator/test/clustere2e/
 
 .PHONY: test
 # The phases print their durations ([phase] lines), so a cold run shows
-# where its time goes. The cluster tests are the last phase, run only when
-# their substrate is already cached and we are root (see README, "A real
-# single-node cluster"): a cold machine, like CI's, skips them and says so.
+# where its time goes. The cluster tests (see CLUSTER_TESTS) run beside go
+# test ./..., as a phase of their own: the suite mostly waits on the processes
+# it starts, and so does the cluster (DEVELOPMENT.md, "A real single-node
+# cluster"). Where they do not run, the phase line says why.
 # go test runs with -vet=off: the build phase ran go vet ./..., which checks
 # every package and its tests with more analyzers than go test's own subset.
-test: ## Obtain the substrate, then run the whole test suite (and the cluster tests when their substrate is cached)
+test: ## Obtain the substrate, then run the whole test suite, the cluster tests beside it where the machine can run them (CLUSTER_TESTS)
 	$(PHASE) substrate $(MAKE) substrate
 	$(PHASE) tools $(MAKE) tools
 	$(PHASE) build $(MAKE) build
 	$(PHASE) verify-generate $(MAKE) verify-generate
-	eval "$$($(SUBSTRATE) env)" && $(PHASE) 'go test ./...' env GOGC=$(STACKFLOW_GOGC) go test -vet=off -p $(TEST_PACKAGES) -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $(TEST_FIRST) ./...
-	$(PHASE) test-cluster $(MAKE) test-cluster-if-cached
+	@why=$$($(CLUSTER_SKIP)); pids=(); rc=0; \
+	if [ -n "$$why" ]; then echo "[phase] test-cluster: skipped: $$why"; \
+	else $(PHASE) test-cluster $(MAKE) --no-print-directory test-cluster-run & pids+=($$!); fi; \
+	eval "$$($(SUBSTRATE) env)" && $(PHASE) 'go test ./...' env GOGC=$(STACKFLOW_GOGC) go test -vet=off -p $(TEST_PACKAGES) -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $(TEST_FIRST) ./... || rc=$$?; \
+	for pid in "$${pids[@]}"; do wait "$$pid" || { [ $$rc -ne 0 ] || rc=1; }; done; exit $$rc
 
 .PHONY: test-argocd-2.14
 # Argo CD v2.14 is past end of life and left out of make test's substrate (19
@@ -140,20 +163,6 @@ test-argocd-2.14: ## Build Argo CD v2.14 (~19 CPU-min cold) and run the Argo CD 
 # binary is ~8 CPU-minutes cold and tests nothing more.
 test-images: ## Build the release images for linux/amd64 and linux/arm64, as make images publishes them, and test them
 	go test -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run 'TestStackflowImages|TestMultiPlatformIndex' ./images/ -args -images.platforms=linux/amd64,linux/arm64
-
-.PHONY: test-cluster-if-cached
-# CLUSTER_TESTS=auto (the default) runs them when their substrate is cached
-# and we are root; on runs them always (building the substrate); off never.
-CLUSTER_TESTS ?= auto
-test-cluster-if-cached: ## Run test-cluster when the cluster substrate is cached and we are root (CLUSTER_TESTS=auto|on|off); else say why not
-	@case "$(CLUSTER_TESTS)" in \
-	on) $(MAKE) test-cluster ;; \
-	off) echo "[test] cluster tests skipped: CLUSTER_TESTS=off" ;; \
-	auto) if [ "$$(id -u)" != 0 ]; then echo "[test] cluster tests skipped: they need root (make test-cluster)"; \
-	  elif ! $(SUBSTRATE) cached cluster || ! $(SUBSTRATE) cached netpol; then echo "[test] cluster tests skipped: the cluster substrate is not cached (make test-cluster builds it, 7–25 min)"; \
-	  else $(MAKE) test-cluster; fi ;; \
-	*) echo "CLUSTER_TESTS=$(CLUSTER_TESTS): use auto, on or off" >&2; exit 2 ;; \
-	esac
 
 .PHONY: images
 # REGISTRY=ghcr.io/x pushes <registry>/<name>:<version>; VERSION overrides
@@ -179,14 +188,19 @@ cluster: ## Start a single-node cluster from real components (root; hack/substra
 	go build -o bin/stackflow-cluster ./operator/devtools/cmd/stackflow-cluster
 	eval "$$($(SUBSTRATE) env)" && exec ./bin/stackflow-cluster $(CLUSTER_ARGS)
 
-.PHONY: test-cluster
-# Not part of test: it needs root and the cluster substrate (see README).
+.PHONY: test-cluster test-cluster-run
+# make test runs these tests too, where the machine can (CLUSTER_TESTS).
 test-cluster: ## Run the end-to-end tests on a real single-node cluster (root; builds the cluster substrate first)
-	$(SUBSTRATE) kube && $(SUBSTRATE) cluster && $(SUBSTRATE) pulumi && $(SUBSTRATE) pulumi-yaml
+	$(SUBSTRATE) cluster && $(SUBSTRATE) pulumi && $(SUBSTRATE) pulumi-yaml
 	go vet -tags cluster ./operator/test/clustere2e/
-	eval "$$($(SUBSTRATE) env)" && go test -tags cluster -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./operator/test/clustere2e/
+	$(MAKE) --no-print-directory test-cluster-run
+
+test-cluster-run: ## Run the cluster tests on the substrate already obtained (as make test does, beside go test ./...)
+	eval "$$($(SUBSTRATE) env)" && GOGC=$(STACKFLOW_GOGC) go test -tags cluster -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./operator/test/clustere2e/
 
 .PHONY: bench-analysis
+# It needs no cluster (a target-specific variable holds for its prerequisites).
+bench-analysis: CLUSTER_TESTS = off
 bench-analysis: substrate ## Load benchmark of the analysis service: 1,000 Stacks, 1,000 req/s, p50/p99 latency and RSS
 	eval "$$($(SUBSTRATE) env)" && go test -run XXX -bench BenchmarkVerificationLoad -benchtime 1x ./analysis/test/load/
 

@@ -28,16 +28,20 @@
 # saying so, and the tests and the demo that run Kargo skip or fall back.
 #
 # Usage: hack/substrate.sh COMMAND
-#   run | demo | all [TOOL...]  obtain the set `make run`, `make demo`, `make test` need (and TOOLs)
+#   run | demo | all [SET|TOOL...]  obtain the set `make run`, `make demo`, `make test` need (and more)
+#   cluster                what the single-node cluster needs (the set `cluster`, below)
 #   TOOL...                obtain these tools (see `tools` below)
 #   plan SET|TOOL...       say what would be taken or built, and how long a cold build takes
+#   cluster-check          succeed when this machine can run the cluster; else say why not
 #   env                    print where the binaries are, as shell exports
 #   dir TOOL               print TOOL's cache directory
 #   cached TOOL            succeed when TOOL is complete in the cache (builds nothing)
 #   tools                  list the tools
-# `cluster` (the rest of a single-node cluster: kube-controller-manager,
-# kube-scheduler, kubelet, kube-proxy, kube-network-policies, node packages) is
-# not part of `all`: its cold build is long (see README).
+# The set `cluster` (kube-apiserver and etcd, then the rest of a single-node
+# cluster: kube-controller-manager, kube-scheduler, kubelet, kube-proxy; and
+# kube-network-policies; and the node's Debian packages, node_packages) is not
+# part of `all`: make test asks for `all cluster` where cluster-check passes
+# (root, namespaces, cgroups), and `all` elsewhere.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,13 +78,19 @@ SET_demo=(kube pulumi-yaml pulumi rollouts argocd3 kargo)
 # too when it is cached, and skips them saying so when not; `make
 # test-argocd-2.14` builds it and runs them.
 SET_all=(kube pulumi-yaml pulumi rollouts argocd3 kargo)
+# The single-node cluster (test/framework/cluster): obtaining `cluster` also
+# installs the node's Debian packages (node_packages).
+SET_cluster=(kube cluster netpol)
 
 # Cold build estimates, in minutes on 2 cores with an empty Go build cache and
 # nothing else running (DEVELOPMENT.md, "Cold and warm times"); `plan` prints them.
-# Kargo and Rollouts are the minutes they add after Argo CD v3 in their unit.
+# Kargo and Rollouts are the minutes they add after Argo CD v3 in their unit,
+# the cluster's components those they add after kube-apiserver and etcd in
+# theirs (2026-12-05: the cluster 507 s and kube-network-policies 437 s, one
+# after the other at a load average of 10, 570 CPU-s for both).
 declare -A COLD_MIN=(
   [kube]=10 [pulumi]=7 [pulumi-yaml]=2 [rollouts]=2 [argocd]=19 [argocd3]=10 [kargo]=3
-  [controller-gen]=2 [protoc-tools]=5 [cluster]=7 [netpol]=3
+  [controller-gen]=2 [protoc-tools]=5 [cluster]=5 [netpol]=4
 )
 
 # The tools are built without cgo, as their projects release them, and with
@@ -247,6 +257,16 @@ gobuild() {
   rm -f "$out"
 }
 
+# children_cpu sets CPU to the CPU seconds (user + system) of the processes this
+# shell has waited for so far (bash's `times`, second line: "1m2.5s 0m3.1s"),
+# so that each build says its CPU time, the figure to compare on a shared
+# machine. Called as a command, not in $(…), whose subshell has no children.
+children_cpu() {
+  local tf; tf=$(mktemp); times >"$tf"
+  CPU=$(sed -n 2p "$tf" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] }; printf "%d", t }')
+  rm -f "$tf"
+}
+
 # done_or_build TOOL: builds TOOL into its cache directory unless it is complete
 # there. A lock serialises concurrent calls for the same tool (they share the
 # .tmp directory); the second one then finds the build complete.
@@ -262,14 +282,16 @@ done_or_build() {
   fi
   log "building $tool into $dir (first time only; ~${COLD_MIN[$tool]:-?} min cold on 2 cores)"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-  local start=$SECONDS
+  local start=$SECONDS cpu0
+  children_cpu; cpu0=$CPU
   "build_${tool//-/_}" "$dir.tmp"
+  children_cpu
   echo "$((SECONDS - start))" > "$dir.tmp/.build-seconds"
   touch "$dir.tmp/.complete"
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
   exec {lockfd}>&-
   log "built $dir in $((SECONDS - start))s"
-  printf '[phase] substrate/%s: %ds, ok\n' "$tool" "$((SECONDS - start))" >&2
+  printf '[phase] substrate/%s: %ds, %d CPU-s, ok\n' "$tool" "$((SECONDS - start))" "$((CPU - cpu0))" >&2
 }
 
 # obtain TOOL: takes TOOL from where resolve finds it, building it when nothing
@@ -353,6 +375,68 @@ node_packages() {
   # The package starts containerd as a service where there is an init system; the
   # cluster runs its own containerd with its own socket, so the service is not needed.
   log "installed ${missing[*]} in $((SECONDS - start))s"
+}
+
+# NODE_COMMANDS are what test/framework/cluster runs from the machine (its
+# checkBinaries): NODE_PACKAGES' programs, util-linux's and iproute2's.
+NODE_COMMANDS=(containerd containerd-shim-runc-v2 runc ctr iptables nft unshare nsenter ip)
+CNI_BIN_DIR=/usr/lib/cni
+
+# cluster_check succeeds, printing nothing, when this machine can run the
+# single-node cluster (test/framework/cluster) and so the cluster tests;
+# otherwise it prints the first requirement missing, in a few words, and
+# fails. make test asks it before building the cluster substrate and before
+# running the cluster tests, so that a machine that cannot run them says so
+# at once, and why, rather than by a failing test. It takes 0.2 CPU-s, a few
+# seconds at most on a loaded machine (making and removing cgroups, mostly),
+# and leaves nothing behind (its namespaces end with their commands, its
+# cgroups and directories are removed).
+cluster_check() {
+  local err h dir c missing=() have
+  # cluster.BuildImages puts the substrate's amd64 binaries in the test
+  # workspace image.
+  [ "$(uname -s)/$(uname -m)" = Linux/x86_64 ] || { echo "not linux/amd64 but $(uname -s)/$(uname -m) (the test workspace image holds amd64 binaries)"; return 1; }
+  [ "$(id -u)" -eq 0 ] || { echo "not root (containerd, the kubelet, the pods' bridge and iptables rules need it)"; return 1; }
+  for c in unshare nsenter ip; do command -v "$c" >/dev/null || missing+=("$c"); done
+  [ ${#missing[@]} -eq 0 ] || { echo "no ${missing[*]} on PATH (util-linux, iproute2)"; return 1; }
+  # containerd and the kubelet run in a mount namespace of their own.
+  err=$(unshare --mount --propagation private true 2>&1) || { echo "cannot make a mount namespace (unshare --mount: ${err##*: })"; return 1; }
+  # containerd's CNI gives each pod a network namespace on a bridge.
+  err=$(unshare --net true 2>&1) || { echo "cannot make a network namespace (unshare --net: ${err##*: })"; return 1; }
+  err=$(unshare --net ip link add sfcheck0 type bridge 2>&1) || { echo "cannot make a bridge (ip link add type bridge: ${err##*: })"; return 1; }
+  # containerd's snapshotter mounts overlays under /tmp (the cluster's directory).
+  dir=$(mktemp -d /tmp/sfcheck-XXXXXX) && mkdir "$dir/l" "$dir/u" "$dir/w" "$dir/m" || { echo "cannot write /tmp"; return 1; }
+  err=$(unshare --mount --propagation private mount -t overlay overlay -o "lowerdir=$dir/l,upperdir=$dir/u,workdir=$dir/w" "$dir/m" 2>&1) || {
+    rm -rf "$dir"; echo "cannot mount an overlay filesystem on /tmp (${err:-mount failed})"; return 1; }
+  rm -rf "$dir"
+  # The kubelet (cgroupfs driver) makes the pods' cgroups under a root of
+  # the cluster's own in every hierarchy.
+  if [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ]; then
+    # cgroup v2: the pods' cgroups need cpu, memory and pids (a memory limit
+    # is a test) delegated to the root's children.
+    dir=/sys/fs/cgroup/sfcheck-$$
+    err=$(mkdir "$dir" 2>&1) || { echo "/sys/fs/cgroup is not writable (${err##*: })"; return 1; }
+    have=" $(cat "$dir/cgroup.controllers" 2>/dev/null) "; rmdir "$dir"
+    for c in cpu memory pids; do [[ $have == *" $c "* ]] || missing+=("$c"); done
+    [ ${#missing[@]} -eq 0 ] || { echo "cgroup v2 gives /sys/fs/cgroup's children no ${missing[*]} controller (its cgroup.subtree_control: $(cat /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true))"; return 1; }
+  else
+    # cgroup v1: the kubelet requires cpu, cpuacct, cpuset and memory
+    # (its validateSystemRequirements); the cluster writes every hierarchy.
+    have=" $(awk '{ for (i = 1; i < NF; i++) if ($i == "-" && $(i+1) == "cgroup") print $(i+3) }' /proc/self/mountinfo | tr ',\n' '  ') "
+    for c in cpu cpuacct cpuset memory; do [[ $have == *" $c "* ]] || missing+=("$c"); done
+    [ ${#missing[@]} -eq 0 ] || { echo "no cgroup v1 hierarchy for ${missing[*]} (the kubelet requires cpu, cpuacct, cpuset, memory)"; return 1; }
+    for h in $(awk '{ for (i = 1; i < NF; i++) if ($i == "-" && ($(i+1) == "cgroup" || $(i+1) == "cgroup2")) print $5 }' /proc/self/mountinfo); do
+      err=$(mkdir "$h/sfcheck-$$" 2>&1) || { echo "$h is not writable (${err##*: })"; return 1; }
+      rmdir "$h/sfcheck-$$"
+    done
+  fi
+  # The node's programs: present, or apt-get to install them (node_packages).
+  for c in "${NODE_COMMANDS[@]}"; do command -v "$c" >/dev/null || missing+=("$c"); done
+  [ -x "$CNI_BIN_DIR/bridge" ] || missing+=("$CNI_BIN_DIR/bridge")
+  if [ ${#missing[@]} -gt 0 ] && ! command -v apt-get >/dev/null; then
+    echo "no ${missing[*]}, and no apt-get to install ${NODE_PACKAGES[*]}"; return 1
+  fi
+  return 0
 }
 
 build_pulumi() {
@@ -463,8 +547,10 @@ set_tools() {
 # dependencies once rather than in both chains at the same time; the others
 # are each their own unit.
 # Argo CD v3 and Rollouts share the Argo module, and the Kargo module is aligned
-# with it (hack/gen-tools-argo-kargo.sh), so the three are one unit.
-declare -A MODULE_OF=([argocd3]=argo-kargo [rollouts]=argo-kargo [kargo]=argo-kargo)
+# with it (hack/gen-tools-argo-kargo.sh), so the three are one unit. The
+# cluster's components are built from kube-apiserver's module (hack/tools/kube):
+# after kube-apiserver and etcd, they compile 498 packages more, of 2,639.
+declare -A MODULE_OF=([argocd3]=argo-kargo [rollouts]=argo-kargo [kargo]=argo-kargo [cluster]=kube)
 
 # deal TOOL...: deals the tools to two chains, printed as two lines: the units
 # (a tool, or the tools of one unit), longest first, each to the chain with less
@@ -484,22 +570,29 @@ deal() {
   echo "${chain1[*]:-}"
 }
 
-# obtain_all TOOL...: obtains the tools in two chains side by side (each go build
-# leaves cores idle while it downloads modules and links, so two finish well
-# before one after the other), dealt by deal.
+# expand SET|TOOL...: their tools, one a line, each once.
+expand() { for a in "$@"; do set_tools "$a"; done | awk '!seen[$0]++'; }
+
+# obtain_all SET|TOOL...: obtains the tools in two chains side by side (each go
+# build leaves cores idle while it downloads modules and links, so two finish
+# well before one after the other), dealt by deal. With the cluster, the node's
+# Debian packages are installed beside the chains (apt-get waits on the
+# network and the disk more than on the CPU).
 obtain_all() {
-  local tool todo=() chain0 chain1
-  for tool in "$@"; do
+  local tool todo=() chain0 chain1 pids=() rc=0 tools
+  mapfile -t tools < <(expand "$@")
+  for tool in "${tools[@]}"; do
     resolve "$tool"
     if [ "$HOW" = build ]; then todo+=("$tool"); else obtain "$tool"; fi
   done
-  [ ${#todo[@]} -gt 0 ] || return 0
-  log "to build: ${todo[*]} (cold estimate $(estimate "${todo[@]}"))"
-  { read -r chain0; read -r chain1; } < <(deal "${todo[@]}")
-  log "chains: ${chain0} | ${chain1}"
-  local pids=() rc=0
-  (for tool in $chain0; do done_or_build "$tool"; done) & pids+=($!)
-  if [ -n "$chain1" ]; then (for tool in $chain1; do done_or_build "$tool"; done) & pids+=($!); fi
+  if [[ " ${tools[*]} " == *" cluster "* ]]; then node_packages & pids+=($!); fi
+  if [ ${#todo[@]} -gt 0 ]; then
+    log "to build: ${todo[*]} (cold estimate $(estimate "${todo[@]}"))"
+    { read -r chain0; read -r chain1; } < <(deal "${todo[@]}")
+    log "chains: ${chain0} | ${chain1}"
+    (for tool in $chain0; do done_or_build "$tool"; done) & pids+=($!)
+    if [ -n "$chain1" ]; then (for tool in $chain1; do done_or_build "$tool"; done) & pids+=($!); fi
+  fi
   for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
   [ $rc -eq 0 ] || { log "a substrate build failed (see above)"; exit 1; }
 }
@@ -514,8 +607,8 @@ estimate() {
 
 # plan SET|TOOL...: what obtaining them would do, without doing it.
 plan() {
-  local tool todo=()
-  for tool in $(for a in "$@"; do set_tools "$a"; done); do
+  local tool todo=() p missing=()
+  for tool in $(expand "$@"); do
     resolve "$tool"
     case "$HOW" in
       explicit) printf '  %-14s KUBEBUILDER_ASSETS %s (%s)\n' "$tool" "$WHERE" "$WHAT" ;;
@@ -524,6 +617,13 @@ plan() {
       absent) printf '  %-14s skipped: %s\n' "$tool" "$WHAT" ;;
     build) printf '  %-14s to build (~%s min cold): %s\n' "$tool" "${COLD_MIN[$tool]:-?}" "$WHERE"; todo+=("$tool") ;;
     esac
+    if [ "$tool" = cluster ]; then
+      for p in "${NODE_PACKAGES[@]}"; do
+        dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+      done
+      if [ ${#missing[@]} -eq 0 ]; then printf '  %-14s installed: %s\n' "node packages" "${NODE_PACKAGES[*]}"
+      else printf '  %-14s to install with apt-get (~1 min, beside the builds): %s\n' "node packages" "${missing[*]}"; fi
+    fi
   done
   if [ ${#todo[@]} -eq 0 ]; then echo "  nothing to build"; return; fi
   echo "  building ${todo[*]}: $(estimate "${todo[@]}"), with progress every 30 s"
@@ -536,16 +636,12 @@ plan() {
 env_line() { resolve "$2"; echo "export $1=$WHERE"; }
 
 case "${1:-all}" in
-  # SET [TOOL...]: the set, and these tools besides.
-  run|demo|all) set -- $(set_tools "$1") "${@:2}"; obtain_all "$@" ;;
-  cluster)
-    # kube-apiserver and etcd first (usually cached), then the rest of the node.
-    node_packages
-    obtain kube
-    done_or_build cluster
-    done_or_build netpol
-    ;;
+  # SET [SET|TOOL...]: the set, and these sets or tools besides.
+  run|demo|all) obtain_all "$@" ;;
+  cluster) obtain_all cluster ;;
   node-packages) node_packages ;;
+  # cluster-check: succeeds when this machine can run the cluster; else says why not.
+  cluster-check) cluster_check ;;
   plan) shift; plan "$@" ;;
   env)
     # Where the binaries are (built or not); tests check that they exist.

@@ -81,6 +81,9 @@ func run(m *testing.M) int {
 	defer opLog.Close()
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(opLog)))
 	code := m.Run()
+	if helmBin != "" { // built by helmTool for the package's tests
+		os.RemoveAll(filepath.Dir(helmBin))
+	}
 	if err := testCluster.Stop(); err != nil {
 		logf("Stopping the cluster: %v", err)
 		code = 1

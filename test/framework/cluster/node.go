@@ -323,6 +323,9 @@ func (c *Cluster) Stop() error {
 	if err := c.mountNS.stop(time.Second); err != nil {
 		errs = append(errs, err)
 	}
+	if cpu, ok := c.podsCPU(); ok {
+		c.logf("Cluster: its pods used %s of CPU", cpu.Round(time.Millisecond))
+	}
 	errs = append(errs, c.removeCgroupRoot())
 	if c.bridge != "" {
 		if out, err := exec.Command("ip", "link", "del", c.bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
@@ -460,6 +463,39 @@ func (c *Cluster) makeCgroupRoot() error {
 		}
 	}
 	return nil
+}
+
+// podsCPU is the CPU time the pods have used (every process in cgroupRoot:
+// cgroup v1's cpuacct.usage, v2's cpu.stat usage_usec, which count the
+// cgroups removed below it too). The test process's own CPU time does not
+// hold it: the pods' processes are children of containerd's shims, which
+// leave the test process's tree.
+func (c *Cluster) podsCPU() (time.Duration, bool) {
+	if c.cgroupRoot == "" {
+		return 0, false
+	}
+	hs := cgroupHierarchies()
+	// On a hybrid machine the kubelet puts the pods in v1's hierarchies
+	// only: the v2 one's cgroup stays empty.
+	for _, h := range hs {
+		if b, err := os.ReadFile(filepath.Join(h, c.cgroupRoot, "cpuacct.usage")); err == nil {
+			if ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+				return time.Duration(ns), true
+			}
+		}
+	}
+	for _, h := range hs {
+		if b, err := os.ReadFile(filepath.Join(h, c.cgroupRoot, "cpu.stat")); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "usage_usec" {
+					if us, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+						return time.Duration(us) * time.Microsecond, true
+					}
+				}
+			}
+		}
+	}
+	return 0, false
 }
 
 // removeCgroupRoot removes the cgroups under cgroupRoot, deepest first,
