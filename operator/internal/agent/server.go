@@ -243,7 +243,13 @@ func (s *Server) prepare(ctx context.Context, log logr.Logger, src Source, dir s
 // timedOut: ctx ended at its deadline (the preparation's, or its caller's),
 // not by a cancellation.
 func timedOut(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.DeadlineExceeded)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	// By the clock too: what ran out may have been a connection's deadline,
+	// the same instant, before the context's timer marked it done.
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // newServer returns a server with empty registries and no workspace.

@@ -152,10 +152,16 @@ func run(ctx context.Context, raw string, l Limits, op func(ctx context.Context,
 	if e := b.tripped(); e != nil {
 		return e
 	}
-	if own && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	// The deadline is looked at by the clock too: a connection's deadline
+	// (the same instant) may end the operation before the context's timer
+	// has marked it done.
+	expired := errors.Is(ctx.Err(), context.DeadlineExceeded) || b.pastDeadline()
+	switch {
+	case expired && own:
 		return b.trip(LimitTime)
-	}
-	if ctx.Err() != nil {
+	case expired:
+		return fmt.Errorf("git server %s: %w", b.host, context.DeadlineExceeded)
+	case ctx.Err() != nil:
 		// The caller's context ended: say so rather than what the closed
 		// connections made go-git say.
 		return fmt.Errorf("git server %s: %w", b.host, context.Cause(ctx))
