@@ -59,9 +59,13 @@ type Options struct {
 	// caller). It is called for every request to the API, so a rotated
 	// token is used as soon as the caller returns it.
 	Token func(ctx context.Context) (string, error)
-	// HTTPClient sends the requests. Default: a client with a 10 s overall
-	// timeout and 5 s dial and TLS handshake timeouts.
+	// HTTPClient sends the requests. Default: a client with a Timeout
+	// overall and 5 s dial and TLS handshake timeouts.
 	HTTPClient *http.Client
+	// Timeout bounds each request to the API, from the connection to the
+	// last byte of the answer (itself at most 8 MiB), for the default
+	// HTTPClient; default DefaultTimeout.
+	Timeout time.Duration
 	// CacheTTL is how long an answer of the API (a list, or an error) is
 	// reused for the same stack and operation, default 10 s; a 429 is
 	// reused for as long as its Retry-After asks (at most 5 min). Negative
@@ -138,7 +142,11 @@ func New(o Options) *Client {
 		c.console = DefaultConsoleURL
 	}
 	if c.hc == nil {
-		c.hc = defaultHTTPClient()
+		timeout := o.Timeout
+		if timeout <= 0 {
+			timeout = DefaultTimeout
+		}
+		c.hc = defaultHTTPClient(timeout)
 	}
 	if c.ttl == 0 {
 		c.ttl = DefaultCacheTTL
@@ -156,12 +164,16 @@ func New(o Options) *Client {
 	return c
 }
 
-func defaultHTTPClient() *http.Client {
+// DefaultTimeout bounds a request to the Pulumi Cloud API
+// (--pulumi-cloud-timeout).
+const DefaultTimeout = 10 * time.Second
+
+func defaultHTTPClient(timeout time.Duration) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	t.TLSHandshakeTimeout = 5 * time.Second
-	t.ResponseHeaderTimeout = 10 * time.Second
-	return &http.Client{Timeout: 10 * time.Second, Transport: t}
+	t.DialContext = (&net.Dialer{Timeout: min(5*time.Second, timeout), KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = min(5*time.Second, timeout)
+	t.ResponseHeaderTimeout = timeout
+	return &http.Client{Timeout: timeout, Transport: t}
 }
 
 // ValidName reports whether s can be a Pulumi organization, project or

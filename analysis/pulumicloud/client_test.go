@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -483,6 +484,33 @@ func TestUnreachable(t *testing.T) {
 	cl := New(Options{BaseURL: url, Token: func(context.Context) (string, error) { return token, nil }, Now: (&clock{t: t0}).Now})
 	r := verify(t, cl, "acme", "web", "prod", q(shaA, verification.OperationUp))
 	if r.Phase != verification.PhasePending || r.Reason != verification.ReasonCloudUnavailable || !strings.Contains(r.Message, "could not be reached") {
+		t.Errorf("%s/%s: %s", r.Phase, r.Reason, r.Message)
+	}
+}
+
+// TestSilentAPITimesOut: an API that accepts the connection and never
+// answers is reported Pending/CloudUnavailable once Timeout has passed.
+func TestSilentAPITimesOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	cl := New(Options{BaseURL: "http://" + l.Addr().String(), Token: func(context.Context) (string, error) { return token, nil },
+		Now: (&clock{t: t0}).Now, Timeout: 500 * time.Millisecond})
+	start := time.Now()
+	r := verify(t, cl, "acme", "web", "prod", q(shaA, verification.OperationUp))
+	t.Logf("%s/%s after %s: %s", r.Phase, r.Reason, time.Since(start).Round(time.Millisecond), r.Message)
+	if r.Phase != verification.PhasePending || r.Reason != verification.ReasonCloudUnavailable {
 		t.Errorf("%s/%s: %s", r.Phase, r.Reason, r.Message)
 	}
 }

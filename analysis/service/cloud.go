@@ -39,7 +39,7 @@ func newCloud(_ context.Context, o Options) (server.Cloud, error) {
 		ttl = pulumicloud.DefaultCacheTTL
 	}
 	o.Log.Info("Pulumi Cloud verification is on", "api", o.PulumiCloudURL, "tokenSecret", o.PulumiCloudTokenSecret)
-	return &cloud{Client: pulumicloud.New(pulumicloud.Options{BaseURL: o.PulumiCloudURL, Token: ts.Token, CacheTTL: ttl}), poll: ttl}, nil
+	return &cloud{Client: pulumicloud.New(pulumicloud.Options{BaseURL: o.PulumiCloudURL, Token: ts.Token, CacheTTL: ttl, Timeout: o.PulumiCloudTimeout}), poll: ttl}, nil
 }
 
 // cloud adapts the Pulumi Cloud client to the server.

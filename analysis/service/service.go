@@ -59,6 +59,8 @@ type Options struct {
 	PulumiCloudURL string
 	// PulumiCloudCacheTTL is how long a Pulumi Cloud answer is reused.
 	PulumiCloudCacheTTL time.Duration
+	// PulumiCloudTimeout bounds each request to the Pulumi Cloud API.
+	PulumiCloudTimeout time.Duration
 
 	// Config reaches the cluster.
 	Config *rest.Config
@@ -109,6 +111,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PulumiCloudTokenSecret, "pulumi-cloud-token-secret", "", "<namespace>/<name> of a Secret whose accessToken key holds a Pulumi access token: enables GET /v1/pulumi/{org}/{project}/{stack}/verification (off when empty)")
 	fs.StringVar(&o.PulumiCloudURL, "pulumi-cloud-url", "https://api.pulumi.com", "Pulumi Cloud API URL (self-hosted Pulumi Cloud: its API URL)")
 	fs.DurationVar(&o.PulumiCloudCacheTTL, "pulumi-cloud-cache-ttl", 10*time.Second, "how long an answer of the Pulumi Cloud API is reused for a stack")
+	fs.DurationVar(&o.PulumiCloudTimeout, "pulumi-cloud-timeout", 10*time.Second, "the longest a request to the Pulumi Cloud API may take, from the connection to the last byte of its answer (at most 8 MiB): an API still answering then is reported Pending/CloudUnavailable")
 }
 
 // Validate checks the options before anything starts.
