@@ -25,8 +25,10 @@ SUBSTRATE := ./hack/substrate.sh
 PHASE := ./hack/phase.sh
 CONTROLLER_GEN = $(shell $(SUBSTRATE) dir controller-gen)/controller-gen
 CRD_DIR := operator/config/crd/bases
-# Tests that start a control plane or Pulumi may take a while on 2 cores.
-TEST_TIMEOUT ?= 40m
+# Tests that start a control plane or Pulumi may take a while on 2 cores,
+# the more so on a machine busy with other work: the e2e package, 881 s on a
+# quiet machine (2026-12-05), is given room for three times that.
+TEST_TIMEOUT ?= 60m
 GO_TEST_FLAGS ?=
 # go test runs TEST_PACKAGES test binaries at a time (-p; its default is the
 # number of cores). The suite's packages spend much of their time waiting on
