@@ -83,6 +83,12 @@ func StartControlPlaneEnv(env *envtest.Environment) (*ControlPlane, error) {
 		// while other builds ran); a process that fails still fails at once.
 		env.ControlPlaneStartTimeout = 2 * time.Minute
 	}
+	if env.CRDInstallOptions.MaxTime == 0 {
+		// envtest waits 10 s for the CRDs to be served; with the whole suite
+		// on 2 cores that was too short once (analysis/config in CI: "waiting
+		// for CRDs to appear as API resources: context deadline exceeded").
+		env.CRDInstallOptions.MaxTime = 2 * time.Minute
+	}
 	// One start at a time, so that the processes found new are this one's.
 	startMu.Lock()
 	defer startMu.Unlock()
