@@ -62,6 +62,10 @@ const (
 	UpdateReasonAborted = "Aborted"
 	// UpdateReasonCanceled: the run was canceled.
 	UpdateReasonCanceled = "Canceled"
+	// UpdateReasonPlanStale: an up constrained to a plan (spec.planSecretName)
+	// stopped at an operation the plan does not contain (status.planViolation).
+	// A Stackflow extension.
+	UpdateReasonPlanStale = "PlanStale"
 )
 
 // UpdateSpec is one Pulumi operation to run in a Workspace.
@@ -127,6 +131,20 @@ type UpdateSpec struct {
 	// program reads are known.
 	// +optional
 	RunProgram *bool `json:"runProgram,omitempty"`
+
+	// savePlan, for a preview, saves its update plan (pulumi preview
+	// --save-plan) in an immutable Secret named in status.planSecretName
+	// (key plan.json, at most 512 KiB). A Stackflow extension.
+	// +optional
+	SavePlan *bool `json:"savePlan,omitempty"`
+
+	// planSecretName, for an up, names a Secret of the Update's namespace
+	// holding an update plan (key plan.json): the up is constrained to it
+	// (pulumi up --plan) and fails, with reason PlanStale, at the first
+	// operation it does not contain. A Stackflow extension.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PlanSecretName string `json:"planSecretName,omitempty"`
 }
 
 // UpdateStatus is the observed state of an Update.
@@ -157,6 +175,16 @@ type UpdateStatus struct {
 	// after a successful up (<update>-stack-outputs).
 	// +optional
 	Outputs string `json:"outputs,omitempty"`
+
+	// planSecretName is the Secret holding the update plan a preview with
+	// spec.savePlan saved. A Stackflow extension.
+	// +optional
+	PlanSecretName string `json:"planSecretName,omitempty"`
+
+	// planViolation, for an up constrained to a plan, is the first operation
+	// the plan did not contain, in the engine's words. A Stackflow extension.
+	// +optional
+	PlanViolation string `json:"planViolation,omitempty"`
 
 	// changes counts the resource operations of the update by kind (create,
 	// update, delete, replace, same, …).

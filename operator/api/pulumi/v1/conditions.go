@@ -25,6 +25,11 @@ const (
 	NotReadyInProgressReason = "NotReadyInProgress"
 	// NotReadyStalledReason: the Stack is stalled (see Stalled).
 	NotReadyStalledReason = "NotReadyStalled"
+	// NotReadyAwaitingApprovalReason: with spec.approval.required, the plan
+	// of the Stack's change (status.plan) waits for a PlanApproval of its
+	// fingerprint. Neither Reconciling nor Stalled: nothing runs until a
+	// person decides. A Stackflow extension.
+	NotReadyAwaitingApprovalReason = "AwaitingApproval"
 )
 
 // Reconciling condition reasons.
@@ -89,4 +94,19 @@ const (
 	// StalledDestroyFailedReason: destroy on finalize failed; the finalizer is
 	// kept until it succeeds.
 	StalledDestroyFailedReason = "DestroyFailed"
+	// StalledPlanRejectedReason: a PlanApproval rejected the plan of the
+	// Stack's change; a new change (commit, configuration, inputs) or an
+	// approval made after the rejection moves it on.
+	StalledPlanRejectedReason = "PlanRejected"
+)
+
+// Event reasons of approvals.
+const (
+	// EventReasonPlanStale: an up constrained to an approved plan stopped at
+	// an operation the plan does not contain; the change is previewed again
+	// and waits for a new approval.
+	EventReasonPlanStale = "PlanStale"
+	// EventReasonPlanApproved: a PlanApproval approved the plan; its up
+	// starts.
+	EventReasonPlanApproved = "PlanApproved"
 )

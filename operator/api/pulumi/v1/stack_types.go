@@ -17,6 +17,7 @@ const ReconcileRequestAnnotation = "pulumi.com/reconciliation-request"
 // +kubebuilder:validation:XValidation:rule="!(has(self.branch) && has(self.commit))",message="spec.branch and spec.commit are mutually exclusive: track a branch, or pin a commit"
 // +kubebuilder:validation:XValidation:rule="(has(self.projectRepo) ? 1 : 0) + (has(self.programRef) ? 1 : 0) + (has(self.fluxSource) ? 1 : 0) <= 1",message="set at most one program source among spec.projectRepo, spec.programRef and spec.fluxSource"
 // +kubebuilder:validation:XValidation:rule="!has(self.projectRepo) || has(self.branch) || has(self.commit)",message="spec.projectRepo needs spec.branch (to track) or spec.commit (to pin)"
+// +kubebuilder:validation:XValidation:rule="!has(self.approval) || !self.approval.required || !self.preview",message="spec.approval.required and spec.preview exclude each other: a preview-only Stack applies nothing to approve"
 type StackSpec struct {
 	// accessTokenSecret is the name of a Secret whose key "accessToken" holds the
 	// Pulumi access token. Deprecated: use envRefs with PULUMI_ACCESS_TOKEN.
@@ -197,6 +198,32 @@ type StackSpec struct {
 	// refresh keeps working as before, but always remediates.
 	// +optional
 	DriftDetection *DriftDetection `json:"driftDetection,omitempty"`
+
+	// approval makes every change wait for a person: with required, a new
+	// desired state (commit, configuration, inputs) runs a preview that saves
+	// an update plan, the Stack waits (Ready=False, reason AwaitingApproval)
+	// until a PlanApproval (stackflow.io/v1alpha1) approves that plan by its
+	// fingerprint, and the up is then constrained to exactly that plan (it
+	// stops at the first operation the plan does not contain: PlanStale).
+	// See docs/approvals.md. A Stackflow extension.
+	// +optional
+	Approval *ApprovalPolicy `json:"approval,omitempty"`
+}
+
+// ApprovalPolicy says whether a Stack's changes wait for an approval.
+type ApprovalPolicy struct {
+	// required makes every change of the Stack's infrastructure (deploy and
+	// drift remediation) wait for a PlanApproval of its plan. Drift checks
+	// and destroys on deletion (destroyOnFinalize) do not wait.
+	// +optional
+	Required bool `json:"required,omitempty"`
+
+	// expireAfterSeconds is how long a plan may be approved after its change
+	// was first previewed; past it the plan is previewed again and needs a
+	// new approval. Default 86400 (a day); between 300 and 2592000 (30 days).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == 0 || (self >= 300 && self <= 2592000)",message="spec.approval.expireAfterSeconds must be between 300 and 2592000 (or 0 for the default, 86400)"
+	ExpireAfterSeconds int64 `json:"expireAfterSeconds,omitempty"`
 }
 
 // DriftDetection configures drift checks.
@@ -731,6 +758,128 @@ type StackStatus struct {
 	// revision, inputs or reconcile request change. A Stackflow extension.
 	// +optional
 	Conflict *StackConflict `json:"conflict,omitempty"`
+
+	// plan is the update plan of the Stack's latest change, with
+	// spec.approval.required: what it would do, its fingerprint (what a
+	// PlanApproval approves), and what became of it. A Stackflow extension.
+	// +optional
+	Plan *StackPlan `json:"plan,omitempty"`
+}
+
+// PlanState is what became of a Stack's plan.
+// +kubebuilder:validation:Enum=AwaitingApproval;Rejected;Applying;Applied;Stale;Failed
+type PlanState string
+
+const (
+	// PlanAwaitingApproval: previewed and saved; no approval of its
+	// fingerprint yet.
+	PlanAwaitingApproval PlanState = "AwaitingApproval"
+	// PlanRejected: a PlanApproval with decision Rejected names it.
+	PlanRejected PlanState = "Rejected"
+	// PlanApplying: approved; the up constrained to it runs.
+	PlanApplying PlanState = "Applying"
+	// PlanApplied: the up constrained to it succeeded.
+	PlanApplied PlanState = "Applied"
+	// PlanStale: the up stopped at an operation the plan does not contain
+	// (reality moved after the preview); nothing outside the plan was
+	// applied. The change is previewed again.
+	PlanStale PlanState = "Stale"
+	// PlanFailed: the up constrained to it failed for another reason. The
+	// change is previewed again.
+	PlanFailed PlanState = "Failed"
+)
+
+// StackPlan records a Stack's latest update plan.
+type StackPlan struct {
+	// fingerprint identifies the change the plan makes (hex SHA-256 of the
+	// plan without what differs between previews of one change, and of the
+	// inputs digest): a PlanApproval approves it by this value.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// state is what became of the plan.
+	// +optional
+	State PlanState `json:"state,omitempty"`
+	// summary counts the planned operations in one line: "+create ~update
+	// -delete ±replace".
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Summary string `json:"summary,omitempty"`
+	// changes counts the affected resources by planned operation.
+	// +optional
+	Changes map[string]int64 `json:"changes,omitempty"`
+	// resources lists the affected resources as "<operation> <urn>", at most
+	// 50; moreResources counts the others.
+	// +optional
+	// +kubebuilder:validation:MaxItems=50
+	Resources []string `json:"resources,omitempty"`
+	// moreResources is how many affected resources resources leaves out.
+	// +optional
+	MoreResources int64 `json:"moreResources,omitempty"`
+	// commit is the commit (or artifact revision) the plan was previewed at.
+	// +optional
+	Commit string `json:"commit,omitempty"`
+	// inputsDigest is the digest of the referenced inputs it was previewed
+	// with (see lastUpdate.inputsDigest).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	InputsDigest string `json:"inputsDigest,omitempty"`
+	// generation is the Stack generation it was previewed for.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// reconcileRequest is the reconcile request it was previewed for.
+	// +optional
+	ReconcileRequest string `json:"reconcileRequest,omitempty"`
+	// purpose is what applying it does: deploy, or remediate (drift, with
+	// refresh).
+	// +optional
+	Purpose UpdatePurpose `json:"purpose,omitempty"`
+	// update is the preview Update that made the plan.
+	// +optional
+	Update string `json:"update,omitempty"`
+	// secretName is the Secret, in the Stack's namespace, that holds the
+	// plan (key plan.json); the Stack owns it.
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+	// proposedAt is when this change was first previewed: a later preview of
+	// the same change (a new commit with the same plan) keeps it, and an
+	// approval counts only if made after it.
+	// +optional
+	ProposedAt metav1.Time `json:"proposedAt,omitempty"`
+	// createdAt is when the preview that made this plan ended.
+	// +optional
+	CreatedAt metav1.Time `json:"createdAt,omitempty"`
+	// expiresAt is when the plan can no longer be approved
+	// (proposedAt + spec.approval.expireAfterSeconds).
+	// +optional
+	ExpiresAt metav1.Time `json:"expiresAt,omitempty"`
+	// approval is the PlanApproval that decided the plan.
+	// +optional
+	Approval *PlanDecision `json:"approval,omitempty"`
+	// applyUpdate is the up that applies (or applied) the plan.
+	// +optional
+	ApplyUpdate string `json:"applyUpdate,omitempty"`
+	// message says what happened last: for a stale plan the operation that
+	// diverged; for one that could not be made, why.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// PlanDecision records the PlanApproval that decided a plan.
+type PlanDecision struct {
+	// name is the PlanApproval's name.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// approver is the user who created it, as the API server authenticated
+	// them (checked at admission).
+	// +optional
+	Approver string `json:"approver,omitempty"`
+	// decision is Approved or Rejected.
+	// +optional
+	Decision string `json:"decision,omitempty"`
+	// time is when it was created.
+	// +optional
+	Time metav1.Time `json:"time,omitempty"`
 }
 
 // Stack is a Pulumi stack kept up to date from a program source (a git branch or
@@ -744,6 +893,8 @@ type StackStatus struct {
 // +kubebuilder:printcolumn:name="Commit",type=string,JSONPath=`.status.lastUpdate.lastSuccessfulCommit`
 // +kubebuilder:printcolumn:name="Last Update",type=string,JSONPath=`.status.lastUpdate.state`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Plan",type=string,priority=1,JSONPath=`.status.plan.state`
+// +kubebuilder:printcolumn:name="Fingerprint",type=string,priority=1,JSONPath=`.status.plan.fingerprint`
 // +kubebuilder:printcolumn:name="Stack",type=string,priority=1,JSONPath=`.spec.stack`
 // +kubebuilder:printcolumn:name="Branch",type=string,priority=1,JSONPath=`.spec.branch`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 42",message="Stack name must be at most 42 characters: it names the Workspace and its pods"

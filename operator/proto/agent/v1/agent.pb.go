@@ -961,7 +961,15 @@ type StartOperationRequest struct {
 	// revision, when set, is the source revision (commit SHA or digest) the
 	// run must use: it is refused (FAILED_PRECONDITION) while the workspace is
 	// at another one.
-	Revision      string `protobuf:"bytes,14,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision string `protobuf:"bytes,14,opt,name=revision,proto3" json:"revision,omitempty"`
+	// save_plan, for a preview, saves the update plan (pulumi preview
+	// --save-plan) and returns it in Operation.plan: a preview whose plan is
+	// larger than the agent keeps (512 KiB) fails, saying so.
+	SavePlan bool `protobuf:"varint,15,opt,name=save_plan,json=savePlan,proto3" json:"save_plan,omitempty"`
+	// plan, for an up, is an update plan saved by a preview: the up is
+	// constrained to it (pulumi up --plan) and fails at the first operation it
+	// does not contain (Operation.plan_violation).
+	Plan          []byte `protobuf:"bytes,16,opt,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1094,6 +1102,20 @@ func (x *StartOperationRequest) GetRevision() string {
 	return ""
 }
 
+func (x *StartOperationRequest) GetSavePlan() bool {
+	if x != nil {
+		return x.SavePlan
+	}
+	return false
+}
+
+func (x *StartOperationRequest) GetPlan() []byte {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
 type GetOperationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UpdateId      string                 `protobuf:"bytes,1,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
@@ -1212,8 +1234,15 @@ type Operation struct {
 	// The resources the operation changed (or, for a preview, would change), as
 	// "<op> <urn>", without unchanged ones.
 	ChangedResources []string `protobuf:"bytes,13,rep,name=changed_resources,json=changedResources,proto3" json:"changed_resources,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The update plan a preview with save_plan saved (Pulumi's JSON plan
+	// format; secret values encrypted by the stack's secrets provider).
+	Plan []byte `protobuf:"bytes,14,opt,name=plan,proto3" json:"plan,omitempty"`
+	// Set when an up constrained to a plan stopped at an operation the plan
+	// does not contain: the engine's words, naming the resource and what
+	// diverged ("resource urn:… violates plan: …").
+	PlanViolation string `protobuf:"bytes,15,opt,name=plan_violation,json=planViolation,proto3" json:"plan_violation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
@@ -1335,6 +1364,20 @@ func (x *Operation) GetChangedResources() []string {
 		return x.ChangedResources
 	}
 	return nil
+}
+
+func (x *Operation) GetPlan() []byte {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *Operation) GetPlanViolation() string {
+	if x != nil {
+		return x.PlanViolation
+	}
+	return ""
 }
 
 type OperationEvent struct {
@@ -1503,7 +1546,7 @@ const file_agent_proto_rawDesc = "" +
 	"\venvironment\x18\x05 \x03(\tR\venvironment\"4\n" +
 	"\x13SelectStackResponse\x12\x1d\n" +
 	"\n" +
-	"stack_name\x18\x01 \x01(\tR\tstackName\"\xe6\x03\n" +
+	"stack_name\x18\x01 \x01(\tR\tstackName\"\x97\x04\n" +
 	"\x15StartOperationRequest\x12\x1b\n" +
 	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\x12\x1d\n" +
 	"\n" +
@@ -1521,13 +1564,15 @@ const file_agent_proto_rawDesc = "" +
 	"\x06remove\x18\f \x01(\bR\x06remove\x12\x1f\n" +
 	"\vrun_program\x18\r \x01(\bR\n" +
 	"runProgram\x12\x1a\n" +
-	"\brevision\x18\x0e \x01(\tR\brevision\"2\n" +
+	"\brevision\x18\x0e \x01(\tR\brevision\x12\x1b\n" +
+	"\tsave_plan\x18\x0f \x01(\bR\bsavePlan\x12\x12\n" +
+	"\x04plan\x18\x10 \x01(\fR\x04plan\"2\n" +
 	"\x13GetOperationRequest\x12\x1b\n" +
 	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"?\n" +
 	"\x06Output\x12\x1d\n" +
 	"\n" +
 	"value_json\x18\x01 \x01(\tR\tvalueJson\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\bR\x06secret\"\xd1\x05\n" +
+	"\x06secret\x18\x02 \x01(\bR\x06secret\"\x8c\x06\n" +
 	"\tOperation\x12\x1b\n" +
 	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\x128\n" +
 	"\x05state\x18\x02 \x01(\x0e2\".stackflow.agent.v1.OperationStateR\x05state\x125\n" +
@@ -1543,7 +1588,9 @@ const file_agent_proto_rawDesc = "" +
 	" \x03(\v2*.stackflow.agent.v1.Operation.OutputsEntryR\aoutputs\x12\x1a\n" +
 	"\brevision\x18\v \x01(\tR\brevision\x12\x18\n" +
 	"\anotices\x18\f \x03(\tR\anotices\x12+\n" +
-	"\x11changed_resources\x18\r \x03(\tR\x10changedResources\x1a:\n" +
+	"\x11changed_resources\x18\r \x03(\tR\x10changedResources\x12\x12\n" +
+	"\x04plan\x18\x0e \x01(\fR\x04plan\x12%\n" +
+	"\x0eplan_violation\x18\x0f \x01(\tR\rplanViolation\x1a:\n" +
 	"\fChangesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aV\n" +
