@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stackflow-io/stackflow/operator/internal/plan"
 	agentv1 "github.com/stackflow-io/stackflow/operator/proto/agent/v1"
 )
 
@@ -306,6 +309,14 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	case agentv1.OperationType_OPERATION_TYPE_UP:
 		opts := []optup.Option{optup.ProgressStreams(out), optup.EventStreams(engineEvents), optup.SuppressProgress()}
 		opts = append(opts, upOptions(req)...)
+		if len(req.GetPlan()) > 0 {
+			path, cleanup, perr := planFile(req.GetPlan())
+			if perr != nil {
+				return &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_FAILED, Message: perr.Error()}
+			}
+			defer cleanup()
+			opts = append(opts, optup.Plan(path))
+		}
 		if s.logLevel > 0 {
 			opts = append(opts, optup.DebugLogging(s.debugLogging()))
 		}
@@ -322,8 +333,21 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		if s.logLevel > 0 {
 			opts = append(opts, optpreview.DebugLogging(s.debugLogging()))
 		}
+		var planPath string
+		if req.GetSavePlan() {
+			path, cleanup, perr := planFile(nil)
+			if perr != nil {
+				return &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_FAILED, Message: perr.Error()}
+			}
+			defer cleanup()
+			planPath = path
+			opts = append(opts, optpreview.Plan(path))
+		}
 		var pr auto.PreviewResult
 		pr, err = stack.Preview(ctx, opts...)
+		if err == nil && planPath != "" {
+			res.Plan, err = readPlan(planPath)
+		}
 		changes = map[string]int{}
 		for k, v := range pr.ChangeSummary {
 			changes[string(k)] = v
@@ -388,6 +412,11 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 	default:
 		res.State = agentv1.OperationState_OPERATION_STATE_FAILED
 		res.Message = oomMessage(oomBefore, oomOK, s.redact.summarize(err))
+		if len(req.GetPlan()) > 0 {
+			if urn, detail, ok := plan.Violation(err.Error()); ok {
+				res.PlanViolation = s.redact.redact("resource " + urn + " violates plan: " + detail)
+			}
+		}
 	}
 	if req.GetType() == agentv1.OperationType_OPERATION_TYPE_REFRESH {
 		outputs, _ = stack.Outputs(context.Background())
@@ -548,4 +577,36 @@ func destroyOptions(req *agentv1.StartOperationRequest) []optdestroy.Option {
 		o = append(o, optdestroy.RunProgram(true))
 	}
 	return o
+}
+
+// planFile makes a private file for an update plan (holding data, when
+// given) and a func that removes it: the engine reads and writes plans by
+// path. Plans hold encrypted secrets only, but are still kept to the agent.
+func planFile(data []byte) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "stackflow-plan-")
+	if err != nil {
+		return "", nil, fmt.Errorf("make room for the update plan: %w", err)
+	}
+	cleanup := func() { _ = os.RemoveAll(dir) }
+	path := filepath.Join(dir, "plan.json")
+	if data != nil {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("write the update plan: %w", err)
+		}
+	}
+	return path, cleanup, nil
+}
+
+// readPlan reads the plan a preview saved, refusing one larger than the
+// operator keeps (plan.MaxBytes).
+func readPlan(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("the preview saved no update plan: %w", err)
+	}
+	if fi.Size() > plan.MaxBytes {
+		return nil, fmt.Errorf("the update plan is %d bytes, more than the %d Stackflow keeps: split the stack, or target fewer resources", fi.Size(), plan.MaxBytes)
+	}
+	return os.ReadFile(path)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -172,9 +173,21 @@ func (r *UpdateReconciler) reconcileStart(ctx context.Context, sc *updateScope) 
 	if progressing(u) {
 		return nil
 	}
+	req := startRequest(u)
+	if name := u.Spec.PlanSecretName; name != "" {
+		data, err := r.readPlan(ctx, u.Namespace, name)
+		if err != nil {
+			if apierrors.IsNotFound(err) || errors.Is(err, errNoPlan) {
+				return r.end(ctx, sc, &agentv1.Operation{State: agentv1.OperationState_OPERATION_STATE_FAILED,
+					Message: fmt.Sprintf("the update plan to apply is gone: Secret %s has no %s (it is kept as long as the plan may be approved)", name, planKey)})
+			}
+			return err
+		}
+		req.Plan = data
+	}
 	callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	op, err := sc.agent.StartOperation(callCtx, startRequest(u))
+	op, err := sc.agent.StartOperation(callCtx, req)
 	if status.Code(err) == codes.FailedPrecondition {
 		// The workspace restarted and its configuration is being applied
 		// again by the Workspace controller.
@@ -262,6 +275,18 @@ func (r *UpdateReconciler) end(ctx context.Context, sc *updateScope, op *agentv1
 		}
 		u.Status.Outputs = name
 	}
+	if len(op.Plan) > 0 {
+		name, err := r.writePlan(ctx, u, op.Plan)
+		if err != nil {
+			// Transient: the run's result is recorded once the plan is.
+			return err
+		}
+		u.Status.PlanSecretName = name
+	}
+	if op.PlanViolation != "" {
+		u.Status.PlanViolation = op.PlanViolation
+		reason = autov1alpha1.UpdateReasonPlanStale
+	}
 	markEnded(u, reason, op.State != agentv1.OperationState_OPERATION_STATE_SUCCEEDED, msg)
 	return r.reconcileTTL(ctx, u)
 }
@@ -307,6 +332,42 @@ func (r *UpdateReconciler) writeOutputs(ctx context.Context, u *autov1alpha1.Upd
 	return s.Name, nil
 }
 
+// planKey is the key of the update plan in its Secret.
+const planKey = "plan.json"
+
+var errNoPlan = errors.New("no update plan")
+
+// writePlan stores the update plan a preview saved in an immutable Secret
+// owned by the Update (it lives as long as the Update: a Stack requiring
+// approval keeps its plan previews for as long as their plans may be
+// approved, spec.ttlAfterCompleted). Its secret values are encrypted by the
+// stack's secrets provider; the Secret is readable by whoever reads Secrets
+// in the namespace, like the Stack's own inputs.
+func (r *UpdateReconciler) writePlan(ctx context.Context, u *autov1alpha1.Update, data []byte) (string, error) {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: u.Namespace, Name: u.Name + "-plan"}, Data: map[string][]byte{planKey: data}}
+	immutable := true
+	s.Immutable = &immutable
+	if err := controllerutil.SetControllerReference(u, s, r.Scheme()); err != nil {
+		return "", err
+	}
+	if err := r.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("create plan secret: %w", err)
+	}
+	return s.Name, nil
+}
+
+// readPlan reads the update plan an up is constrained to.
+func (r *UpdateReconciler) readPlan(ctx context.Context, namespace, name string) ([]byte, error) {
+	var s corev1.Secret
+	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s); err != nil {
+		return nil, err
+	}
+	if len(s.Data[planKey]) == 0 {
+		return nil, errNoPlan
+	}
+	return s.Data[planKey], nil
+}
+
 // reconcileTTL deletes a finished Update once its time to live has passed.
 func (r *UpdateReconciler) reconcileTTL(ctx context.Context, u *autov1alpha1.Update) error {
 	ttl := DefaultUpdateTTL
@@ -343,6 +404,7 @@ func startRequest(u *autov1alpha1.Update) *agentv1.StartOperationRequest {
 	}
 	req.ExpectNoChanges, req.TargetDependents, req.Refresh = b(s.ExpectNoChanges), b(s.TargetDependents), b(s.Refresh)
 	req.ContinueOnError, req.Remove, req.RunProgram = b(s.ContinueOnError), b(s.Remove), b(s.RunProgram)
+	req.SavePlan = b(s.SavePlan) && s.Type == autov1alpha1.PreviewType
 	// An Update of a Stack at a commit runs only at that commit: never at
 	// the revision a workspace held before (or after) checking it out.
 	req.Revision = updateRevision(u)

@@ -623,7 +623,7 @@ type StackUpdateState struct {
 }
 
 // UpdatePurpose says why the Stack started an Update.
-// +kubebuilder:validation:Enum=deploy;drift-check;remediate;destroy
+// +kubebuilder:validation:Enum=deploy;drift-check;remediate;destroy;plan
 type UpdatePurpose string
 
 const (
@@ -638,6 +638,9 @@ const (
 	UpdatePurposeRemediate UpdatePurpose = "remediate"
 	// UpdatePurposeDestroy destroys the stack's resources (destroyOnFinalize).
 	UpdatePurposeDestroy UpdatePurpose = "destroy"
+	// UpdatePurposePlan is a preview that saves an update plan for approval
+	// (spec.approval.required); it changes nothing.
+	UpdatePurposePlan UpdatePurpose = "plan"
 )
 
 // StackConflict records that the Stack's last update found the Pulumi stack
