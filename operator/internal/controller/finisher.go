@@ -30,7 +30,7 @@ const staleRetry = time.Second
 
 var reconcileOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "stackflow_reconcile_outcomes_total",
-	Help: "Reconciles by kind and outcome (ready, waiting, stalled, transient, conflict, stale, gone); a failed status write counts as conflict, transient or gone.",
+	Help: "Reconciles by kind and outcome (ready, waiting, awaiting, stalled, transient, conflict, stale, gone); a failed status write counts as conflict, transient or gone.",
 }, []string{"kind", "outcome"})
 
 func init() { metrics.Registry.MustRegister(reconcileOutcomes) }
@@ -44,6 +44,8 @@ type spelling[T client.Object] struct {
 	waiting   func(obj T, reason, msg string)
 	stalled   func(obj T, reason, msg string)
 	transient func(obj T, err error)
+	// awaiting, when set, spells an awaitingError; nil: as waiting.
+	awaiting func(obj T, reason, msg string)
 }
 
 // finisher ends every reconcile of one kind, the same way for all four:
@@ -118,6 +120,7 @@ func (f *finisher[T]) summarize(obj T, outcome error) (ctrl.Result, error) {
 	var done *upToDateOutcome
 	var stalling *stallingError
 	var waiting *waitingError
+	var awaiting *awaitingError
 	switch {
 	case outcome == nil || errors.As(outcome, &done):
 		msg, requeue := "", time.Duration(0)
@@ -142,6 +145,14 @@ func (f *finisher[T]) summarize(obj T, outcome error) (ctrl.Result, error) {
 			f.spell.waiting(obj, waiting.reason, waiting.msg)
 		}
 		return ctrl.Result{RequeueAfter: waiting.requeue}, nil
+	case errors.As(outcome, &awaiting):
+		switch {
+		case f.spell.awaiting != nil:
+			f.spell.awaiting(obj, awaiting.reason, awaiting.msg)
+		case f.spell.waiting != nil:
+			f.spell.waiting(obj, awaiting.reason, awaiting.msg)
+		}
+		return ctrl.Result{RequeueAfter: awaiting.requeue}, nil
 	case apierrors.IsConflict(outcome):
 		// Someone else changed the object (or one it writes) meanwhile:
 		// what was learned so far is still written, and the reconcile runs
@@ -194,6 +205,7 @@ func outcomeLabel(outcome error) string {
 	var done *upToDateOutcome
 	var stalling *stallingError
 	var waiting *waitingError
+	var awaiting *awaitingError
 	switch {
 	case outcome == nil || errors.As(outcome, &done):
 		return "ready"
@@ -205,6 +217,8 @@ func outcomeLabel(outcome error) string {
 		return "stalled"
 	case errors.As(outcome, &waiting):
 		return "waiting"
+	case errors.As(outcome, &awaiting):
+		return "awaiting"
 	case apierrors.IsConflict(outcome):
 		return "conflict"
 	}

@@ -13,6 +13,8 @@ import (
 //     requeue, when set, is when to look again (a resync, a TTL);
 //   - *stallingError: the object cannot progress until something changes
 //     (Stalled=True); requeue, when set, is when to look again anyway;
+//   - *awaitingError: a person must decide (a plan awaits approval):
+//     Ready=False with the reason, neither Reconciling nor Stalled;
 //   - *waitingError: something under way will wake the object (an update,
 //     a workspace, a prerequisite, a backoff): Reconciling=True (a
 //     Workspace says it on Ready alone; an Update on Progressing);
@@ -32,6 +34,16 @@ type stallingError struct {
 }
 
 func (e *stallingError) Error() string { return e.msg }
+
+// awaitingError: nothing runs until a person decides (a Stack's plan
+// awaiting approval): neither progressing nor stalled. A kind without an
+// awaiting spelling says it as waiting.
+type awaitingError struct {
+	reason, msg string
+	requeue     time.Duration
+}
+
+func (e *awaitingError) Error() string { return e.msg }
 
 type waitingError struct {
 	reason, msg string

@@ -93,6 +93,9 @@ type stackScope struct {
 	inputs   stack.Inputs
 	ws       *autov1alpha1.Workspace
 	decision stack.Decision
+	// gate is the approval gate's verdict on a Run decision of a Stack
+	// requiring approval (reconcileApproval); nil otherwise.
+	gate *stack.GateDecision
 }
 
 // Reconcile converges one Stack: record the update that finished, resolve
@@ -108,7 +111,7 @@ func (r *StackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	base, sc := s.DeepCopy(), &stackScope{stack: s}
 	steps := []step[*stackScope]{
 		r.reconcileFinalizer, r.reconcileCurrentUpdate, r.reconcileSource, r.reconcileInputs, r.reconcileWorkspaceSpec,
-		r.reconcileDecision, r.reconcilePrerequisites, r.reconcileWorkspace, r.reconcileStart,
+		r.reconcileDecision, r.reconcileApproval, r.reconcilePrerequisites, r.reconcileWorkspace, r.reconcileStart,
 	}
 	if !s.DeletionTimestamp.IsZero() {
 		steps = []step[*stackScope]{r.reconcileDelete}
@@ -180,6 +183,10 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, sc *stackScope)
 // reconcileStart starts the update the decision asks for.
 func (r *StackReconciler) reconcileStart(ctx context.Context, sc *stackScope) error {
 	d := sc.decision
+	if sc.gate != nil {
+		p, why := r.gatedUpdate(sc)
+		return r.startUpdate(ctx, sc, p, why)
+	}
 	return r.startUpdate(ctx, sc, stack.Plan{
 		Type: d.UpdateType, Purpose: d.Purpose, Refresh: d.Refresh, Revision: sc.src.Revision,
 		InputsDigest: sc.inputs.Digest, Message: "Stackflow: " + d.Reason,

@@ -78,6 +78,16 @@ var stackStatus = spelling[*pulumiv1.Stack]{
 		stackConditions.markReconciling(s, reason, msg)
 	},
 	stalled: markStackStalled,
+	awaiting: func(s *pulumiv1.Stack, reason, msg string) {
+		// A plan awaiting approval: Ready=False with the reason, neither
+		// Reconciling (nothing runs) nor Stalled (nothing is wrong). The
+		// spec was processed to a verdict.
+		removeCondition(s, pulumiv1.ReconcilingCondition)
+		removeCondition(s, pulumiv1.StalledCondition)
+		setCondition(s, pulumiv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+		s.Status.ObservedGeneration = s.Generation
+		s.Status.ObservedReconcileRequest = s.Annotations[pulumiv1.ReconcileRequestAnnotation]
+	},
 	transient: func(s *pulumiv1.Stack, err error) {
 		reason, msg := pulumiv1.ReconcilingTransientErrorReason, "retrying after an error: "+err.Error()
 		if skipsDestroy(s) {
@@ -125,6 +135,7 @@ func reportStack(rec record.EventRecorder, before, after *pulumiv1.Stack) {
 		stackFailuresTotal.Inc()
 	}
 	reportDriftCheck(rec, before, after)
+	reportPlan(rec, before, after)
 	b := readyKey(before)
 	a := readyKey(after)
 	if a == b || a == "" {

@@ -9,15 +9,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	stackflowv1alpha1 "github.com/stackflow-io/stackflow/operator/api/stackflow/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
 )
 
@@ -55,6 +58,11 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexStacks(mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &stackflowv1alpha1.PlanApproval{}, planApprovalStackField, func(o client.Object) []string {
+		return []string{o.(*stackflowv1alpha1.PlanApproval).Spec.StackName}
+	}); err != nil {
+		return err
+	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&pulumiv1.Stack{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&autov1alpha1.Workspace{}).
@@ -70,6 +78,8 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// would read every Secret of the cluster): a Stack reading Secrets
 		// reads them again every SecretPollInterval (secretPoll).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.indexed(configMapsField, objectName))).
+		// A PlanApproval wakes the Stack it names (spec.approval).
+		Watches(&stackflowv1alpha1.PlanApproval{}, handler.EnqueueRequestsFromMapFunc(approvedStack)).
 		WatchesRawSource(source.Channel(listed, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Build(r)
@@ -97,3 +107,10 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=stackflow.io,resources=planapprovals,verbs=get;list;watch
+
+// approvedStack is the Stack a PlanApproval names.
+func approvedStack(_ context.Context, o client.Object) []reconcile.Request {
+	a := o.(*stackflowv1alpha1.PlanApproval)
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.StackName}}}
+}

@@ -147,6 +147,12 @@ func (r *StackReconciler) recordResult(ctx context.Context, s *pulumiv1.Stack, c
 		r.recordDriftCheck(ctx, s, cu, u, complete)
 		return
 	}
+	if cu.Purpose == pulumiv1.UpdatePurposePlan {
+		// A plan preview changes nothing: it is recorded in status.plan,
+		// never as the last update.
+		r.recordPlanPreview(ctx, s, cu, u, complete.Reason == autov1alpha1.UpdateReasonSucceeded)
+		return
+	}
 	if complete.Reason == autov1alpha1.UpdateReasonConflict && u.Spec.Type != autov1alpha1.DestroyType {
 		// Not a program failure: retried (or stalled) without counting.
 		s.Status.Conflict = &pulumiv1.StackConflict{
@@ -189,6 +195,9 @@ func (r *StackReconciler) recordResult(ctx context.Context, s *pulumiv1.Stack, c
 		lu.Failures = stack.Failures(prev, cu.Generation, cu.Commit, cu.InputsDigest)
 	}
 	s.Status.LastUpdate = lu
+	if u.Spec.PlanSecretName != "" {
+		recordPlanApply(s, u, complete.Reason)
+	}
 }
 
 func endTime(u *autov1alpha1.Update, now metav1.Time) metav1.Time {

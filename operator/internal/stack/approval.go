@@ -61,6 +61,9 @@ const (
 	// GateRejected: the plan was rejected; nothing runs until the change
 	// changes or a later approval.
 	GateRejected
+	// GateRetry: the last preview of this change could not make a plan;
+	// preview again at RequeueAfter (backoff).
+	GateRetry
 )
 
 // GateDecision is the gate's verdict, with its reason for status.
@@ -93,7 +96,17 @@ func Gate(p *pulumiv1.StackPlan, want Desired, verdicts []Verdict, now time.Time
 		return GateDecision{Action: GatePreview, Reason: "previewing the change to save a plan for approval"}
 	case !planFor(p, want):
 		return GateDecision{Action: GatePreview, Reason: fmt.Sprintf("previewing the change (%s) to save a plan for approval", describe(want))}
-	case p.State != pulumiv1.PlanAwaitingApproval && p.State != pulumiv1.PlanRejected:
+	case p.State == pulumiv1.PlanPreviewFailed:
+		due := p.CreatedAt.Add(Backoff(p.Failures, MaxConflictBackoff))
+		if now.Before(due) {
+			return GateDecision{Action: GateRetry, RequeueAfter: due.Sub(now),
+				Reason: fmt.Sprintf("the preview could not make a plan (attempt %d): %s; previewing again in %s", p.Failures, p.Message, due.Sub(now).Round(time.Second))}
+		}
+		return GateDecision{Action: GatePreview, Reason: fmt.Sprintf("previewing again after %d failed attempt(s) to make a plan", p.Failures)}
+	case p.State != pulumiv1.PlanAwaitingApproval && p.State != pulumiv1.PlanRejected && p.State != pulumiv1.PlanApplying:
+		// Applying with no Update in flight (the Stack follows one until it
+		// records its end): the up could not be started; its approval
+		// still counts.
 		return GateDecision{Action: GatePreview, Reason: fmt.Sprintf("the last plan is %s; previewing the change again for a new approval", p.State)}
 	case !now.Before(p.ExpiresAt.Time):
 		return GateDecision{Action: GatePreview, Reason: fmt.Sprintf("plan %s expired at %s unapproved; previewing the change again", ShortFingerprint(p.Fingerprint), p.ExpiresAt.UTC().Format(time.RFC3339))}
@@ -184,5 +197,19 @@ func RecordPlan(prev *pulumiv1.StackPlan, n ProposedPlan, expiry time.Duration) 
 	}
 	p.ProposedAt.Time = n.CreatedAt
 	p.ExpiresAt.Time = n.CreatedAt.Add(expiry)
+	return p
+}
+
+// PlanPreviewFailed is the status.plan after a preview of want could not
+// make a plan: the count of failures for the same change goes up.
+func PlanPreviewFailed(prev *pulumiv1.StackPlan, want Desired, update, message string, at time.Time) *pulumiv1.StackPlan {
+	p := &pulumiv1.StackPlan{
+		State: pulumiv1.PlanPreviewFailed, Commit: want.Revision, InputsDigest: want.InputsDigest, Generation: want.Generation,
+		ReconcileRequest: want.ReconcileRequest, Purpose: want.Purpose, Update: update, Message: message, Failures: 1,
+	}
+	p.CreatedAt.Time = at
+	if prev != nil && prev.State == pulumiv1.PlanPreviewFailed && planFor(prev, want) {
+		p.Failures = prev.Failures + 1
+	}
 	return p
 }

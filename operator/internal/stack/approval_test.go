@@ -49,7 +49,7 @@ func TestGate(t *testing.T) {
 		{name: "approval of another fingerprint applies nothing", plan: pending(), verdicts: []Verdict{approve("wrong", other, time.Minute)}, now: 2 * time.Minute,
 			action: GateAwait, reason: "PlanApproval wrong names plan bbbbbbbbbbbb, not the pending plan"},
 		{name: "approval made before the change was proposed", plan: pending(), verdicts: []Verdict{approve("old", fp, -time.Minute)}, now: time.Minute, action: GateAwait},
-		{name: "approval made after expiry", plan: pending(), verdicts: []Verdict{approve("late", fp, 2 * time.Hour)}, now: 30 * time.Minute, action: GateAwait},
+		{name: "approval made after expiry", plan: pending(), verdicts: []Verdict{approve("late", fp, 2*time.Hour)}, now: 30 * time.Minute, action: GateAwait},
 		{name: "expired", plan: pending(), verdicts: []Verdict{approve("late", fp, time.Hour)}, now: time.Hour, action: GatePreview, reason: "expired"},
 		{name: "rejected", plan: pending(), verdicts: []Verdict{reject("no", time.Minute)}, now: 2 * time.Minute, action: GateRejected, by: "no"},
 		{name: "approved after the rejection", plan: pending(func(p *pulumiv1.StackPlan) { p.State = pulumiv1.PlanRejected }),
@@ -58,7 +58,15 @@ func TestGate(t *testing.T) {
 		{name: "same instant: rejection wins", plan: pending(), verdicts: []Verdict{approve("yes", fp, time.Minute), reject("no", time.Minute)}, now: 3 * time.Minute, action: GateRejected, by: "no"},
 		{name: "applied plan: its approval is spent", plan: pending(func(p *pulumiv1.StackPlan) { p.State = pulumiv1.PlanApplied }),
 			verdicts: []Verdict{approve("yes", fp, time.Minute)}, now: 3 * time.Minute, action: GatePreview, reason: "the last plan is Applied"},
+		{name: "applying but never started: the approval still counts", plan: pending(func(p *pulumiv1.StackPlan) { p.State = pulumiv1.PlanApplying }),
+			verdicts: []Verdict{approve("yes", fp, time.Minute)}, now: 3 * time.Minute, action: GateApply, by: "yes"},
 		{name: "stale plan is previewed again", plan: pending(func(p *pulumiv1.StackPlan) { p.State = pulumiv1.PlanStale }), now: 3 * time.Minute, action: GatePreview},
+		{name: "preview failed: backoff", plan: pending(func(p *pulumiv1.StackPlan) {
+			p.State, p.Failures, p.CreatedAt, p.Message = pulumiv1.PlanPreviewFailed, 2, metav1.NewTime(t0), "boom"
+		}), now: 5 * time.Second, action: GateRetry, reason: "could not make a plan (attempt 2): boom; previewing again in 15s"},
+		{name: "preview failed: backoff over", plan: pending(func(p *pulumiv1.StackPlan) {
+			p.State, p.Failures, p.CreatedAt = pulumiv1.PlanPreviewFailed, 2, metav1.NewTime(t0)
+		}), now: 20 * time.Second, action: GatePreview},
 		{name: "failed plan is previewed again", plan: pending(func(p *pulumiv1.StackPlan) { p.State = pulumiv1.PlanFailed }), now: 3 * time.Minute, action: GatePreview},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

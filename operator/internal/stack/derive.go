@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -230,6 +231,9 @@ const (
 	AnnotationGeneration       = "stackflow.io/generation"
 	AnnotationReconcileRequest = "stackflow.io/reconcile-request"
 	AnnotationInputsDigest     = "stackflow.io/inputs-digest"
+	// AnnotationPlanFor, on a plan preview, is what applying its plan does:
+	// deploy, or remediate.
+	AnnotationPlanFor = "stackflow.io/plan-for"
 )
 
 // ResultFinalizer is put on every Update a Stack starts and removed once the
@@ -255,6 +259,15 @@ type Plan struct {
 	Revision     string
 	InputsDigest string
 	Message      string
+	// SavePlan: a preview saving its update plan (Purpose plan); PlanFor is
+	// what applying the plan will do (deploy or remediate).
+	SavePlan bool
+	PlanFor  pulumiv1.UpdatePurpose
+	// PlanSecret: an up constrained to the plan in this Secret.
+	PlanSecret string
+	// TTL, when set, is the Update's time to live at least (a plan
+	// preview lives as long as its plan may be approved).
+	TTL time.Duration
 }
 
 // Update derives the Update of a plan, with updateTemplate merged over it.
@@ -298,8 +311,20 @@ func Update(s *pulumiv1.Stack, p Plan) (*autov1alpha1.Update, error) {
 			u.Spec = merged
 		}
 	}
+	if p.SavePlan {
+		u.Spec.SavePlan = &p.SavePlan
+		// The template's TTL may be longer, never shorter: the plan is
+		// kept (owned by the Update) while it may be approved.
+		if t := u.Spec.TtlAfterCompleted; t == nil || t.Duration < p.TTL {
+			u.Spec.TtlAfterCompleted = &metav1.Duration{Duration: p.TTL}
+		}
+	}
+	u.Spec.PlanSecretName = p.PlanSecret
 	if u.Annotations == nil {
 		u.Annotations = map[string]string{}
+	}
+	if p.PlanFor != "" {
+		u.Annotations[AnnotationPlanFor] = string(p.PlanFor)
 	}
 	u.Annotations[AnnotationNumber] = strconv.FormatInt(p.Number, 10)
 	u.Annotations[AnnotationPurpose] = string(p.Purpose)

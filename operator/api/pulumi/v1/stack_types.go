@@ -770,7 +770,7 @@ type StackStatus struct {
 }
 
 // PlanState is what became of a Stack's plan.
-// +kubebuilder:validation:Enum=AwaitingApproval;Rejected;Applying;Applied;Stale;Failed
+// +kubebuilder:validation:Enum=AwaitingApproval;Rejected;Applying;Applied;Stale;Failed;PreviewFailed
 type PlanState string
 
 const (
@@ -790,6 +790,10 @@ const (
 	// PlanFailed: the up constrained to it failed for another reason. The
 	// change is previewed again.
 	PlanFailed PlanState = "Failed"
+	// PlanPreviewFailed: the preview could not make a plan (the program
+	// failed, or the plan is larger than Stackflow keeps: message says
+	// which); it is retried with backoff.
+	PlanPreviewFailed PlanState = "PreviewFailed"
 )
 
 // StackPlan records a Stack's latest update plan.
@@ -866,6 +870,10 @@ type StackPlan struct {
 	// diverged; for one that could not be made, why.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// failures counts the previews in a row that could not make a plan of
+	// this change (PreviewFailed), for the retry backoff.
+	// +optional
+	Failures int64 `json:"failures,omitempty"`
 }
 
 // PlanDecision records the PlanApproval that decided a plan.

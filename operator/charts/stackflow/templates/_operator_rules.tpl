@@ -135,4 +135,12 @@ ClusterRole, or with watchNamespaces by a Role in each watched namespace. */ -}}
   - get
   - list
   - watch
+- apiGroups:
+  - stackflow.io
+  resources:
+  - planapprovals
+  verbs:
+  - get
+  - list
+  - watch
 {{- end }}
