@@ -413,8 +413,11 @@ func (s *Server) runOnce(ctx context.Context, r *run, stack auto.Stack, req *age
 		res.State = agentv1.OperationState_OPERATION_STATE_FAILED
 		res.Message = oomMessage(oomBefore, oomOK, s.redact.summarize(err))
 		if len(req.GetPlan()) > 0 {
-			if urn, detail, ok := plan.Violation(err.Error()); ok {
-				res.PlanViolation = s.redact.redact("resource " + urn + " violates plan: " + detail)
+			if resource, detail, ok := plan.Violation(err.Error()); ok {
+				if resource != "" {
+					detail = resource + ": " + detail
+				}
+				res.PlanViolation = s.redact.redact(detail)
 			}
 		}
 	}

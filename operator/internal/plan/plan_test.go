@@ -105,6 +105,16 @@ func TestViolation(t *testing.T) {
 	if !ok || urn != "urn:pulumi:dev::plantry::stackflowtest:index:Record::a" || detail != "properties changed: ~~content[{uno}!={eins}]" {
 		t.Errorf("Violation = %q, %q, %v", urn, detail, ok)
 	}
+	// An operation the plan has no step for (here: the resources were
+	// destroyed out of band after the preview), as pulumi v3.274.1 says it.
+	text = "stdout: Updating (dev):\n    pulumi:pulumi:Stack plantry-dev running error: create is not allowed by the plan: this resource is constrained to same\n    pulumi:pulumi:Stack plantry-dev  1 error\nDiagnostics:\n  pulumi:pulumi:Stack (plantry-dev):\n    error: create is not allowed by the plan: this resource is constrained to same\n"
+	res, detail, ok := Violation(text)
+	if !ok || res != "pulumi:pulumi:Stack plantry-dev" || detail != "create is not allowed by the plan: this resource is constrained to same" {
+		t.Errorf("Violation = %q, %q, %v", res, detail, ok)
+	}
+	if res, detail, ok := Violation("error: delete is not allowed by the plan: no steps were expected for this resource"); !ok || res != "" || !strings.HasPrefix(detail, "delete is not allowed") {
+		t.Errorf("bare: %q, %q, %v", res, detail, ok)
+	}
 	if _, _, ok := Violation("error: update failed"); ok {
 		t.Error("an ordinary failure read as a violation")
 	}
