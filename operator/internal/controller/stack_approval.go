@@ -77,9 +77,12 @@ func (r *StackReconciler) gatedUpdate(sc *stackScope) (stack.Plan, string) {
 	p := stack.Plan{Revision: sc.src.Revision, InputsDigest: sc.inputs.Digest, Refresh: d.Refresh}
 	if g.Action == stack.GateApply {
 		p.Type, p.Purpose, p.PlanSecret = autov1alpha1.UpType, d.Purpose, s.Status.Plan.SecretName
-		p.Message = fmt.Sprintf("Stackflow: applying plan %s approved by %s", stack.ShortFingerprint(s.Status.Plan.Fingerprint), g.Verdict.Approver)
+		p.Message = "Stackflow: " + g.Reason
 		s.Status.Plan.State = pulumiv1.PlanApplying
-		s.Status.Plan.Approval = decisionRecord(g.Verdict)
+		s.Status.Plan.Approval = nil
+		if g.Verdict != nil {
+			s.Status.Plan.Approval = decisionRecord(g.Verdict)
+		}
 		s.Status.Plan.ApplyUpdate = stack.UpdateName(s, s.Status.UpdateSequence+1)
 		return p, g.Reason
 	}

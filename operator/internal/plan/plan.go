@@ -132,13 +132,13 @@ type Summary struct {
 // Summarize counts the plan's operations. A resource's operation is its
 // most consequential step: replace (any of create-replacement,
 // delete-replaced, replace) over delete over create over update; the Stack
-// resource itself (pulumi:pulumi:Stack) and unchanged resources are left
-// out.
+// resource itself (pulumi:pulumi:Stack), default providers and unchanged
+// resources are left out.
 func (p *Plan) Summarize() Summary {
 	s := Summary{Changes: map[string]int64{}}
 	var all []string
 	for urn, steps := range p.Resources {
-		if strings.Contains(urn, "::pulumi:pulumi:Stack::") {
+		if strings.Contains(urn, "::pulumi:pulumi:Stack::") || defaultProvider(urn) {
 			continue
 		}
 		op := operation(steps)
@@ -155,6 +155,18 @@ func (p *Plan) Summarize() Summary {
 	}
 	s.Resources = all
 	return s
+}
+
+// defaultProvider: the URN is of a provider the engine made by itself
+// (named "default" or "default_<version>"), which Pulumi's own summaries
+// do not count either.
+func defaultProvider(urn string) bool {
+	i := strings.Index(urn, "::pulumi:providers:")
+	if i < 0 {
+		return false
+	}
+	name := urn[strings.LastIndex(urn, "::")+2:]
+	return name == "default" || strings.HasPrefix(name, "default_")
 }
 
 // operation is the one word for a resource's planned steps ("" for none

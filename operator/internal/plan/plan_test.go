@@ -45,8 +45,7 @@ func TestSummarize(t *testing.T) {
 		resources  []string
 		deletes    bool
 	}{
-		{"create-secret-1.json", "+3 ~0 -0", []string{
-			"create urn:pulumi:dev::plantry::pulumi:providers:stackflowtest::default",
+		{"create-secret-1.json", "+2 ~0 -0", []string{
 			"create urn:pulumi:dev::plantry::stackflowtest:index:Record::a",
 			"create urn:pulumi:dev::plantry::stackflowtest:index:Record::b",
 		}, false},

@@ -111,6 +111,11 @@ func Gate(p *pulumiv1.StackPlan, want Desired, verdicts []Verdict, now time.Time
 	case !now.Before(p.ExpiresAt.Time):
 		return GateDecision{Action: GatePreview, Reason: fmt.Sprintf("plan %s expired at %s unapproved; previewing the change again", ShortFingerprint(p.Fingerprint), p.ExpiresAt.UTC().Format(time.RFC3339))}
 	}
+	if len(p.Changes) == 0 {
+		// Up constrained to an empty plan changes nothing (any operation
+		// would leave the plan): there is nothing for a person to approve.
+		return GateDecision{Action: GateApply, Reason: fmt.Sprintf("plan %s changes nothing; applying it without approval", ShortFingerprint(p.Fingerprint))}
+	}
 	var decided *Verdict
 	var other *Verdict
 	for i := range verdicts {

@@ -15,7 +15,7 @@ func TestGate(t *testing.T) {
 	fp, other := strings.Repeat("a", 64), strings.Repeat("b", 64)
 	want := Desired{Generation: 2, Revision: "c2", InputsDigest: "d", Purpose: pulumiv1.UpdatePurposeDeploy}
 	pending := func(mod ...func(*pulumiv1.StackPlan)) *pulumiv1.StackPlan {
-		p := &pulumiv1.StackPlan{Fingerprint: fp, State: pulumiv1.PlanAwaitingApproval, Summary: "+1 ~0 -0",
+		p := &pulumiv1.StackPlan{Fingerprint: fp, State: pulumiv1.PlanAwaitingApproval, Summary: "+1 ~0 -0", Changes: map[string]int64{"create": 1},
 			Generation: 2, Commit: "c2", InputsDigest: "d", Purpose: pulumiv1.UpdatePurposeDeploy,
 			ProposedAt: metav1.NewTime(t0), ExpiresAt: metav1.NewTime(t0.Add(time.Hour))}
 		for _, m := range mod {
@@ -44,6 +44,7 @@ func TestGate(t *testing.T) {
 		{name: "plan of other inputs", plan: pending(func(p *pulumiv1.StackPlan) { p.InputsDigest = "x" }), action: GatePreview},
 		{name: "plan of another generation", plan: pending(func(p *pulumiv1.StackPlan) { p.Generation = 1 }), action: GatePreview},
 		{name: "plan for remediation, deploy wanted", plan: pending(func(p *pulumiv1.StackPlan) { p.Purpose = pulumiv1.UpdatePurposeRemediate }), action: GatePreview},
+		{name: "a plan that changes nothing needs no approval", plan: pending(func(p *pulumiv1.StackPlan) { p.Changes = nil }), now: time.Minute, action: GateApply, reason: "changes nothing"},
 		{name: "pending, no approval", plan: pending(), now: time.Minute, action: GateAwait, reason: "awaiting approval: +1 ~0 -0, plan aaaaaaaaaaaa"},
 		{name: "approved", plan: pending(), verdicts: []Verdict{approve("ok", fp, time.Minute)}, now: 2 * time.Minute, action: GateApply, by: "ok"},
 		{name: "approval of another fingerprint applies nothing", plan: pending(), verdicts: []Verdict{approve("wrong", other, time.Minute)}, now: 2 * time.Minute,
