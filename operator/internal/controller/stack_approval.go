@@ -57,6 +57,9 @@ func (r *StackReconciler) reconcileApproval(ctx context.Context, sc *stackScope)
 	}
 	g := stack.Gate(s.Status.Plan, desired(s, sc), verdicts, r.Now())
 	sc.gate = &g
+	if g.Action == stack.GateAwait || g.Action == stack.GateRejected {
+		g.RequeueAfter = stack.AwaitRequeue(stack.Input{Stack: s, ResyncOverride: r.ResyncOverride}, g.RequeueAfter)
+	}
 	switch g.Action {
 	case stack.GateAwait:
 		return &awaitingError{reason: pulumiv1.NotReadyAwaitingApprovalReason, msg: g.Reason, requeue: g.RequeueAfter}

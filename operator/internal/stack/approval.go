@@ -218,3 +218,10 @@ func PlanPreviewFailed(prev *pulumiv1.StackPlan, want Desired, update, message s
 	}
 	return p
 }
+
+// AwaitRequeue is when a Stack waiting on a person (GateAwait,
+// GateRejected) looks again: at the plan's expiry, or sooner at its next
+// resync, so that a new commit on its branch is previewed meanwhile.
+func AwaitRequeue(in Input, untilExpiry time.Duration) time.Duration {
+	return minPositive(untilExpiry, resyncInterval(in))
+}

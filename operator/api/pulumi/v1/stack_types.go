@@ -17,7 +17,7 @@ const ReconcileRequestAnnotation = "pulumi.com/reconciliation-request"
 // +kubebuilder:validation:XValidation:rule="!(has(self.branch) && has(self.commit))",message="spec.branch and spec.commit are mutually exclusive: track a branch, or pin a commit"
 // +kubebuilder:validation:XValidation:rule="(has(self.projectRepo) ? 1 : 0) + (has(self.programRef) ? 1 : 0) + (has(self.fluxSource) ? 1 : 0) <= 1",message="set at most one program source among spec.projectRepo, spec.programRef and spec.fluxSource"
 // +kubebuilder:validation:XValidation:rule="!has(self.projectRepo) || has(self.branch) || has(self.commit)",message="spec.projectRepo needs spec.branch (to track) or spec.commit (to pin)"
-// +kubebuilder:validation:XValidation:rule="!has(self.approval) || !self.approval.required || !self.preview",message="spec.approval.required and spec.preview exclude each other: a preview-only Stack applies nothing to approve"
+// +kubebuilder:validation:XValidation:rule="!(has(self.approval) && has(self.approval.required) && self.approval.required && has(self.preview) && self.preview)",message="spec.approval.required and spec.preview exclude each other: a preview-only Stack applies nothing to approve"
 type StackSpec struct {
 	// accessTokenSecret is the name of a Secret whose key "accessToken" holds the
 	// Pulumi access token. Deprecated: use envRefs with PULUMI_ACCESS_TOKEN.

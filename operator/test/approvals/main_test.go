@@ -1,0 +1,72 @@
+package approvals
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
+	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
+	"github.com/stackflow-io/stackflow/test/framework/substrate"
+)
+
+var (
+	cp *substrate.ControlPlane
+	// bin holds the agent built for this run.
+	bin string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	bin, err = os.MkdirTemp("", "stackflow-approvals-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(bin)
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "agent"), "./operator/cmd/agent")
+	build.Dir = substrate.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
+		return 1
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	cp, err = substrate.StartControlPlane()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cp.Stop()
+	return m.Run()
+}
+
+// env is one test's world: a namespace, a Pulumi environment, local-runtime
+// options.
+type env struct {
+	ns   string
+	pe   *substrate.Pulumi
+	opts operator.Options
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	pe := substrate.NewPulumi(t)
+	root := t.TempDir()
+	// Registered before the operator starts, so it runs after it stops:
+	// local agents outlive their operator by design.
+	t.Cleanup(func() { local.StopAll(root) })
+	return &env{ns: cp.Namespace(t), pe: pe, opts: operator.Options{
+		Runtime: operator.RuntimeLocal, LocalRoot: root, AgentBinary: filepath.Join(bin, "agent"),
+		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 2, UpdateWorkers: 2,
+		ArtifactDir: t.TempDir(),
+	}}
+}
