@@ -41,6 +41,7 @@ var enabledActions = map[string][]string{
 	"captured/stack-deleting-destroy-failed.yaml":  {},
 	"hand/stack-no-status.yaml":                    {"preview-on", "reconcile-now"},
 	"hand/stack-drift.yaml":                        {"preview-on", "reconcile-now"},
+	"hand/stack-awaiting-approval.yaml":            {"preview-on", "reconcile-now"},
 	"hand/stack-preview-changes.yaml":              {"preview-off", "reconcile-now"},
 	"hand/stack-conflict-retry.yaml":               {"preview-on", "reconcile-now", "retry"},
 	"hand/stack-request-while-source-stalled.yaml": {"preview-on", "reconcile-now", "retry"},

@@ -72,6 +72,7 @@ var healthCases = []healthCase{
 
 	// Stack, hand-written.
 	{"hand/stack-no-status.yaml", progressing, "Waiting for the operator to reconcile the Stack", ""},
+	{"hand/stack-awaiting-approval.yaml", health.HealthStatusSuspended, "awaiting approval: +1 ~2 -0, plan 3f9a0c1d2e4b (expires 2025-01-02T00:00:00Z)", ""},
 	{"hand/stack-drift.yaml", degraded, "Drift detected (DriftFound): refresh found 1 resource changed outside Pulumi: rec", ""},
 	{"hand/stack-preview-changes.yaml", healthy,
 		"Preview mode: preview of 5f3c2a1 succeeded, nothing deployed; changes: create 1, same 3, update 2",

@@ -262,6 +262,12 @@ if isTrue(drift) then
   return result("Degraded", labelled("Drift detected", drift))
 end
 
+-- A plan waiting for a person (spec.approval): Suspended, as Argo CD shows
+-- anything paused for a decision, with the plan's summary and fingerprint.
+if ready ~= nil and ready.status == "False" and ready.reason == "AwaitingApproval" then
+  return result("Suspended", message(ready))
+end
+
 if isTrue(ready) then
   if lastUpdate == nil then
     return result("Healthy", message(ready))
