@@ -22,7 +22,7 @@ import (
 // broken CEL rule of the CRDs fails.
 func TestDryRunOnKubeAPIServer(t *testing.T) {
 	cp := substrate.StartControlPlaneT(t)
-	crds, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{
+	crds, err := substrate.InstallCRDsWith(cp.Config, envtest.CRDInstallOptions{
 		Paths: []string{filepath.Join(kargoDir(), "crds")}, ErrorIfPathMissing: true,
 	})
 	if err != nil {

@@ -60,7 +60,7 @@ func run(m *testing.M) int {
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
 	start = time.Now()
-	if _, err := envtest.InstallCRDs(testCluster.Config, envtest.CRDInstallOptions{Paths: []string{substrate.CRDDir()}, ErrorIfPathMissing: true}); err != nil {
+	if _, err := substrate.InstallCRDsWith(testCluster.Config, envtest.CRDInstallOptions{Paths: []string{substrate.CRDDir()}, ErrorIfPathMissing: true}); err != nil {
 		logf("Installing the CRDs: %v", err)
 		testCluster.Stop()
 		return 1

@@ -83,7 +83,7 @@ func installServiceMonitorCRD(t *testing.T, cp *substrate.ControlPlane) {
 	if err := yaml.UnmarshalStrict(raw, crd); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{
+	if _, err := substrate.InstallCRDsWith(cp.Config, envtest.CRDInstallOptions{
 		CRDs: []*apiextensionsv1.CustomResourceDefinition{crd},
 	}); err != nil {
 		t.Fatal(err)

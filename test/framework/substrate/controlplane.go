@@ -198,6 +198,17 @@ func WriteKubeconfig(env *envtest.Environment, path string) (string, error) {
 // dozen large CRDs on 2 busy cores (seen: Argo CD's timed out while other
 // builds ran).
 func InstallCRDs(env *envtest.Environment, dir string) error {
-	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true, MaxTime: 2 * time.Minute})
+	_, err := InstallCRDsWith(env.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true})
 	return err
+}
+
+// InstallCRDsWith is envtest.InstallCRDs waiting up to 2 minutes (when
+// opts says no other bound) for the API server to serve the CRDs: the one
+// way every test installs CRDs (seen in CI: a 10 s wait for Stackflow's own
+// CRDs timed out in the cluster tests while the suite ran beside them).
+func InstallCRDsWith(cfg *rest.Config, opts envtest.CRDInstallOptions) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	if opts.MaxTime == 0 {
+		opts.MaxTime = 2 * time.Minute
+	}
+	return envtest.InstallCRDs(cfg, opts)
 }
