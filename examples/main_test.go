@@ -53,7 +53,7 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = cp.Stop() }()
 	for _, dir := range crdDirs {
-		if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true}); err != nil {
+		if _, err := substrate.InstallCRDsWith(cp.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true}); err != nil {
 			fmt.Fprintf(os.Stderr, "install the CRDs of %s: %v\n", dir, err)
 			return 1
 		}
