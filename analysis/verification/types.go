@@ -33,6 +33,10 @@ const (
 	ReasonCommitNotTargeted      = "CommitNotTargeted"
 	ReasonGenerationNotObserved  = "GenerationNotObserved"
 	ReasonAwaitingUpdate         = "AwaitingUpdate"
+	// ReasonAwaitingApproval: the Stack requires approval
+	// (spec.approval.required) and the plan of the commit waits for a
+	// PlanApproval, or is being previewed; Plan describes it.
+	ReasonAwaitingApproval = "AwaitingApproval"
 	ReasonSucceededOutsideWindow = "SucceededOutsideWindow"
 	ReasonCloudUnavailable       = "CloudUnavailable"
 	// ReasonCloudUnauthorized: Pulumi Cloud refused the access token (401
@@ -51,6 +55,12 @@ const (
 	ReasonOperationMismatch  = "OperationMismatch"
 	ReasonStackDeleting      = "StackDeleting"
 	ReasonUpdateFailed       = "UpdateFailed"
+	// ReasonPlanNotApplied: the Stack requires approval and the up
+	// constrained to the approved plan of the commit did not apply it (the
+	// plan was stale, or the up failed): the operator previews again and
+	// waits for a new approval rather than retrying; Plan says what
+	// happened.
+	ReasonPlanNotApplied = "PlanNotApplied"
 )
 
 // Operation is the Pulumi operation a verification asks about.
@@ -96,8 +106,26 @@ type Result struct {
 	// Retry says when a failed update will be tried again (phase Running,
 	// reason RetryingAfterFailure or RetryingAfterConflict).
 	Retry *Retry `json:"retry,omitempty"`
+	// Plan is the Stack's update plan of the commit, when the Stack
+	// requires approval (reasons AwaitingApproval, PlanNotApplied, and a
+	// rejection: StackStalled with stalledReason PlanRejected).
+	Plan *Plan `json:"plan,omitempty"`
 	// ObservedAt is when the answer was computed.
 	ObservedAt time.Time `json:"observedAt"`
+}
+
+// Plan describes a Stack's update plan (status.plan): no resource names,
+// only counts, its fingerprint and what became of it.
+type Plan struct {
+	// Fingerprint is what a PlanApproval names.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// State is the plan's state (AwaitingApproval, Rejected, Applying,
+	// Applied, Stale, Failed, PreviewFailed).
+	State string `json:"state,omitempty"`
+	// Summary counts the planned operations: "+1 ~2 -0".
+	Summary string `json:"summary,omitempty"`
+	// ExpiresAt is when the plan can no longer be approved.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 }
 
 // Commit is a commit SHA, full (as far as known) and short (7 characters).

@@ -104,7 +104,11 @@ func Verify(in Input) Result {
 	}
 	op := stackOperation(s)
 
-	if cu := s.Status.CurrentUpdate; cu != nil && cu.Purpose != pulumiv1.UpdatePurposeDriftCheck && cu.Generation == gen && Matches(cu.Commit, q.Commit) && op == q.Operation {
+	if cu := s.Status.CurrentUpdate; cu != nil && cu.Purpose == pulumiv1.UpdatePurposePlan && cu.Generation == gen && Matches(cu.Commit, q.Commit) && op == q.Operation {
+		r.ObservedCommit = NewCommit(cu.Commit)
+		return r.with(PhasePending, ReasonAwaitingApproval, "the Stack requires approval: %s is being previewed to save a plan for approval", r.ObservedCommit.Short)
+	}
+	if cu := s.Status.CurrentUpdate; cu != nil && cu.Purpose != pulumiv1.UpdatePurposeDriftCheck && cu.Purpose != pulumiv1.UpdatePurposePlan && cu.Generation == gen && Matches(cu.Commit, q.Commit) && op == q.Operation {
 		r.ObservedCommit = NewCommit(cu.Commit)
 		r.Update = describeUpdate(in.Update(cu.Name), cu.Name, string(op))
 		attempt := int64(1)
@@ -155,7 +159,25 @@ func Verify(in Input) Result {
 		// The Stalled message may quote the engine or git (an update's
 		// error output): only a masked, bounded excerpt is passed on.
 		r.StalledReason = cut(st.Reason, maxStalledReason)
+		if st.Reason == pulumiv1.StalledPlanRejectedReason {
+			r.Plan = describePlan(s.Status.Plan)
+		}
 		return r.with(PhaseFailed, ReasonStackStalled, "the Stack is stalled (%s): %s", r.StalledReason, Detail(st.Message))
+	}
+	if p := s.Status.Plan; p != nil && p.Generation == gen && Matches(p.Commit, q.Commit) && !luAtCommit &&
+		(p.State == pulumiv1.PlanAwaitingApproval || p.State == pulumiv1.PlanPreviewFailed) {
+		r.Plan = describePlan(p)
+		if p.State == pulumiv1.PlanPreviewFailed {
+			return r.with(PhasePending, ReasonAwaitingApproval, "the Stack requires approval; the preview of %s could not make a plan (attempt %d): %s", r.RequestedCommit.Short, p.Failures, Detail(p.Message))
+		}
+		return r.with(PhasePending, ReasonAwaitingApproval, "awaiting approval: %s, plan %s (expires %s)", p.Summary, p.ShortFingerprint(), p.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if luAtCommit && lu.State == pulumiv1.FailedStackStateMessage && s.Spec.Approval != nil && s.Spec.Approval.Required {
+		// The up of an approved plan failed or found it stale: the
+		// operator does not retry it; it previews again for a new approval.
+		r.Update = describeLastUpdate(in.Update(lu.Name), lu)
+		r.Plan = describePlan(s.Status.Plan)
+		return r.with(PhaseFailed, ReasonPlanNotApplied, "the approved plan of %s was not applied (%s); the change is previewed again and needs a new approval", r.ObservedCommit.Short, Detail(lu.Message))
 	}
 
 	if c := s.Status.Conflict; c != nil && c.Generation == gen && Matches(c.Revision, q.Commit) {
@@ -316,4 +338,14 @@ func specBranch(s *pulumiv1.Stack) string {
 		return ""
 	}
 	return s.Spec.GitSource.Branch
+}
+
+// describePlan describes a Stack's plan for a result.
+func describePlan(p *pulumiv1.StackPlan) *Plan {
+	if p == nil {
+		return nil
+	}
+	d := &Plan{Fingerprint: p.Fingerprint, State: string(p.State), Summary: p.Summary}
+	d.ExpiresAt = timePtr(p.ExpiresAt)
+	return d
 }

@@ -63,6 +63,17 @@ func stalled(reason string, gen int64) func(*pulumiv1.Stack) {
 	}
 }
 
+func gated(s *pulumiv1.Stack) { s.Spec.Approval = &pulumiv1.ApprovalPolicy{Required: true} }
+
+func plan(state pulumiv1.PlanState, commit string, gen int64) func(*pulumiv1.Stack) {
+	return func(s *pulumiv1.Stack) {
+		s.Status.Plan = &pulumiv1.StackPlan{
+			Fingerprint: "3f9a0c1d2e4b5a6978c0d1e2f3a4b5c6d7e8f90112233445566778899aabbccd", State: state, Summary: "+1 ~2 -0",
+			Commit: commit, Generation: gen, ExpiresAt: metav1.NewTime(now.Add(24 * time.Hour)), Failures: 1, Message: "preview failed",
+		}
+	}
+}
+
 func branch(s *pulumiv1.Stack)  { s.Spec.GitSource.Commit = ""; s.Spec.GitSource.Branch = "main" }
 func preview(s *pulumiv1.Stack) { s.Spec.Preview = true }
 func generation(g int64) func(*pulumiv1.Stack) {
@@ -140,6 +151,17 @@ func TestVerify(t *testing.T) {
 		{"branch: running the commit", stack(branch, current(shaA, 3, pulumiv1.UpdatePurposeDeploy), lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaB, 3)), up, PhaseRunning, ReasonUpdateInProgress, ""},
 		{"branch: stalled on another commit", stack(branch, lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaB, 3, failures(5)), stalled(pulumiv1.StalledUpdateFailedReason, 3)), up, PhasePending, ReasonAwaitingUpdate, "stalled on another commit"},
 		{"branch: stalled on the commit", stack(branch, lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(5)), stalled(pulumiv1.StalledUpdateFailedReason, 3)), up, PhaseFailed, ReasonStackStalled, ""},
+		// spec.approval.required: a plan waiting is Pending with its
+		// summary; a rejected or unapplied plan is Failed.
+		{"plan being previewed", stack(gated, current(shaA, 3, pulumiv1.UpdatePurposePlan)), up, PhasePending, ReasonAwaitingApproval, "aaaaaaa is being previewed to save a plan for approval"},
+		{"plan awaiting approval", stack(gated, plan(pulumiv1.PlanAwaitingApproval, shaA, 3)), up, PhasePending, ReasonAwaitingApproval, "awaiting approval: +1 ~2 -0, plan 3f9a0c1d2e4b (expires 2026-12-02T12:00:00Z)"},
+		{"plan of another commit awaiting", stack(branch, gated, plan(pulumiv1.PlanAwaitingApproval, shaB, 3), lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaB, 3)), up, PhasePending, ReasonAwaitingUpdate, ""},
+		{"plan could not be made", stack(gated, plan(pulumiv1.PlanPreviewFailed, shaA, 3)), up, PhasePending, ReasonAwaitingApproval, "could not make a plan"},
+		{"plan rejected", stack(gated, plan(pulumiv1.PlanRejected, shaA, 3), stalled(pulumiv1.StalledPlanRejectedReason, 3)), up, PhaseFailed, ReasonStackStalled, "PlanRejected"},
+		{"approved plan stale", stack(gated, plan(pulumiv1.PlanAwaitingApproval, shaA, 3), lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3,
+			message("create is not allowed by the plan: this resource is constrained to same"))), up, PhaseFailed, ReasonPlanNotApplied, "was not applied"},
+		{"approved plan applying", stack(gated, plan(pulumiv1.PlanApplying, shaA, 3), current(shaA, 3, pulumiv1.UpdatePurposeDeploy)), up, PhaseRunning, ReasonUpdateInProgress, ""},
+		{"approved plan applied", stack(gated, plan(pulumiv1.PlanApplied, shaA, 3), lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhaseSucceeded, ReasonUpdateSucceeded, ""},
 		{"flux revision", stack(func(s *pulumiv1.Stack) { s.Spec.GitSource = nil }, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, "main@sha1:"+shaA, 3)), up, PhaseSucceeded, ReasonUpdateSucceeded, ""},
 	}
 	for _, tt := range tests {
@@ -150,6 +172,10 @@ func TestVerify(t *testing.T) {
 			}
 			if !strings.Contains(got.Message, tt.msg) {
 				t.Fatalf("message %q does not contain %q", got.Message, tt.msg)
+			}
+			if (got.Reason == ReasonAwaitingApproval || got.Reason == ReasonPlanNotApplied || got.StalledReason == pulumiv1.StalledPlanRejectedReason) != (got.Plan != nil) &&
+				tt.name != "plan being previewed" {
+				t.Fatalf("reason %s with plan %+v: the approval answers, and they only, describe the plan", got.Reason, got.Plan)
 			}
 			if (got.Reason == ReasonStackStalled) != (got.StalledReason != "") {
 				t.Fatalf("reason %s with stalledReason %q: StackStalled answers, and they only, carry it", got.Reason, got.StalledReason)

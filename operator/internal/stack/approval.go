@@ -162,12 +162,9 @@ func describe(want Desired) string {
 }
 
 // ShortFingerprint is the first 12 digits of a fingerprint, as messages
-// show it.
+// show it (pulumiv1.StackPlan.ShortFingerprint).
 func ShortFingerprint(fp string) string {
-	if len(fp) > 12 {
-		return fp[:12]
-	}
-	return fp
+	return (&pulumiv1.StackPlan{Fingerprint: fp}).ShortFingerprint()
 }
 
 // ProposedPlan is a plan a preview just saved, for RecordPlan.

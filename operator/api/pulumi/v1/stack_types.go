@@ -935,3 +935,12 @@ func (s *Stack) GetConditions() *[]metav1.Condition { return &s.Status.Condition
 func init() {
 	SchemeBuilder.Register(&Stack{}, &StackList{})
 }
+
+// ShortFingerprint is the plan's fingerprint as messages show it: its
+// first 12 digits.
+func (p *StackPlan) ShortFingerprint() string {
+	if len(p.Fingerprint) > 12 {
+		return p.Fingerprint[:12]
+	}
+	return p.Fingerprint
+}
