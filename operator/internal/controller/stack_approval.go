@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -157,12 +156,7 @@ func (r *StackReconciler) readPlanSecret(ctx context.Context, u *autov1alpha1.Up
 		return nil, fmt.Errorf("the preview %s saved no plan", u.Name)
 	}
 	var sec corev1.Secret
-	key := types.NamespacedName{Namespace: u.Namespace, Name: u.Status.PlanSecretName}
-	err := r.Get(ctx, key, &sec)
-	if apierrors.IsNotFound(err) && r.APIReader != nil {
-		err = r.APIReader.Get(ctx, key, &sec)
-	}
-	if err != nil {
+	if err := r.getWritten(ctx, types.NamespacedName{Namespace: u.Namespace, Name: u.Status.PlanSecretName}, &sec); err != nil {
 		return nil, fmt.Errorf("read the plan of %s: %w", u.Name, err)
 	}
 	return sec.Data[planKey], nil

@@ -213,14 +213,7 @@ func (r *StackReconciler) readOutputs(ctx context.Context, u *autov1alpha1.Updat
 		return nil, nil
 	}
 	var sec corev1.Secret
-	key := types.NamespacedName{Namespace: u.Namespace, Name: u.Status.Outputs}
-	err := r.Get(ctx, key, &sec)
-	if apierrors.IsNotFound(err) && r.APIReader != nil {
-		// Written just before the Update completed: the cache may not have
-		// it yet.
-		err = r.APIReader.Get(ctx, key, &sec)
-	}
-	if err != nil {
+	if err := r.getWritten(ctx, types.NamespacedName{Namespace: u.Namespace, Name: u.Status.Outputs}, &sec); err != nil {
 		return nil, err
 	}
 	secret := map[string]bool{}
@@ -238,6 +231,17 @@ func (r *StackReconciler) readOutputs(ctx context.Context, u *autov1alpha1.Updat
 		outs[k] = jsonValue(string(v))
 	}
 	return outs, nil
+}
+
+// getWritten reads an object an Update's run wrote just before it
+// completed (its outputs or plan Secret): the cache may not have it yet, so
+// one not found there is read from the API server.
+func (r *StackReconciler) getWritten(ctx context.Context, key types.NamespacedName, obj client.Object) error {
+	err := r.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		err = r.APIReader.Get(ctx, key, obj)
+	}
+	return err
 }
 
 // ownedUpdates lists the Stack's Updates from the cache.

@@ -105,19 +105,10 @@ func history(t *testing.T, e *env, repo *gitrepo.Repo, stack string) []auto.Upda
 }
 
 // cliStack is the stack as a person with the pulumi CLI, beside the
-// operator, sees it: on the same backend, from a clone of the program.
+// operator, sees it.
 func cliStack(t *testing.T, e *env, repo *gitrepo.Repo, stack string) auto.Stack {
 	t.Helper()
-	ctx := context.Background()
-	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(repo.Work), auto.Pulumi(e.pe.Command(t)), auto.EnvVars(e.pe.EnvVars()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := auto.SelectStack(ctx, stack, ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return e.pe.Stack(t, repo.Work, stack)
 }
 
 // TestApprovedPlanIsAppliedExactly walks a Stack requiring approval through

@@ -16,7 +16,6 @@ import (
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
-	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
 	"github.com/stackflow-io/stackflow/test/framework/hostile"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
@@ -74,15 +73,7 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	pe := substrate.NewPulumi(t)
-	root := t.TempDir()
-	// Registered before any operator starts, so it runs after they stop:
-	// local agents outlive their operator by design.
-	t.Cleanup(func() { local.StopAll(root) })
-	return &env{ns: cp.Namespace(t), pe: pe, opts: operator.Options{
-		Runtime: operator.RuntimeLocal, LocalRoot: root, AgentBinary: filepath.Join(bin, "agent"),
-		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 2, UpdateWorkers: 2,
-		ArtifactDir: t.TempDir(),
-	}}
+	return &env{ns: cp.Namespace(t), pe: pe, opts: operatortest.LocalOptions(t, pe, filepath.Join(bin, "agent"))}
 }
 
 // startOperator runs the operator in this process until the returned stop is

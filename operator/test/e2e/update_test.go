@@ -43,16 +43,8 @@ func history(t testing.TB, e *env, repo *gitrepo.Repo) []auto.UpdateSummary {
 // stackHistory reads a named stack's update history from the backend.
 func stackHistory(t testing.TB, e *env, repo *gitrepo.Repo, name string) []auto.UpdateSummary {
 	t.Helper()
-	ctx := context.Background()
-	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(repo.Work), auto.Pulumi(e.pe.Command(t)), auto.EnvVars(e.pe.EnvVars()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := auto.SelectStack(ctx, name, ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := st.History(ctx, 0, 0)
+	st := e.pe.Stack(t, repo.Work, name)
+	h, err := st.History(context.Background(), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

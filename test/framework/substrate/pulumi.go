@@ -1,6 +1,7 @@
 package substrate
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -133,4 +134,21 @@ func (pe *Pulumi) Record(t testing.TB, name string) (content string, ok bool) {
 		t.Fatal(err)
 	}
 	return string(b), true
+}
+
+// Stack is the Pulumi stack name as a person with the pulumi CLI sees it
+// beside the operator: on pe's backend, from the program in workDir (a
+// clone of the Stack's repository).
+func (pe *Pulumi) Stack(t testing.TB, workDir, name string) auto.Stack {
+	t.Helper()
+	ctx := context.Background()
+	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(workDir), auto.Pulumi(pe.Command(t)), auto.EnvVars(pe.EnvVars()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := auto.SelectStack(ctx, name, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
