@@ -29,14 +29,14 @@ const (
 	// Pending
 	// ReasonStackNotFound: the Stack does not exist. Pending, or Failed
 	// once the caller's Query.NotFoundAfter has come.
-	ReasonStackNotFound          = "StackNotFound"
-	ReasonCommitNotTargeted      = "CommitNotTargeted"
-	ReasonGenerationNotObserved  = "GenerationNotObserved"
-	ReasonAwaitingUpdate         = "AwaitingUpdate"
+	ReasonStackNotFound         = "StackNotFound"
+	ReasonCommitNotTargeted     = "CommitNotTargeted"
+	ReasonGenerationNotObserved = "GenerationNotObserved"
+	ReasonAwaitingUpdate        = "AwaitingUpdate"
 	// ReasonAwaitingApproval: the Stack requires approval
 	// (spec.approval.required) and the plan of the commit waits for a
 	// PlanApproval, or is being previewed; Plan describes it.
-	ReasonAwaitingApproval = "AwaitingApproval"
+	ReasonAwaitingApproval       = "AwaitingApproval"
 	ReasonSucceededOutsideWindow = "SucceededOutsideWindow"
 	ReasonCloudUnavailable       = "CloudUnavailable"
 	// ReasonCloudUnauthorized: Pulumi Cloud refused the access token (401

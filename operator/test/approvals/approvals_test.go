@@ -199,9 +199,16 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 	if got, _ := e.pe.Record(t, "approved"); got != "one" {
 		t.Fatalf("record %q after a rejection", got)
 	}
-	// Creation times have a second's resolution: the approval is made a
-	// second after the rejection, or it would not be the later one.
-	time.Sleep(1100 * time.Millisecond)
+	// Creation times have a second's resolution (a tie is a rejection):
+	// the approval is made once the clock has passed the rejection's
+	// second, as a person's would be.
+	rejection := &stackflowv1alpha1.PlanApproval{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "no"}}
+	if err := get(t, rejection); err != nil {
+		t.Fatal(err)
+	}
+	substrate.Eventually(t, 5*time.Second, "the second after the rejection", func() (bool, error) {
+		return time.Now().After(rejection.CreationTimestamp.Add(time.Second)), nil
+	})
 	approve(t, s, "yes", p2.Fingerprint, stackflowv1alpha1.Approved)
 	waitStack(t, s, "ready at the README commit", readyAt(sha2))
 	if got, _ := e.pe.Record(t, "approved"); got != "two" {
