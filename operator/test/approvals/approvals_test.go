@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	autov1alpha1 "github.com/stackflow-io/stackflow/operator/api/auto/v1alpha1"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	stackflowv1alpha1 "github.com/stackflow-io/stackflow/operator/api/stackflow/v1alpha1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/provider"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -280,4 +284,75 @@ func mutate(t testing.TB, obj client.Object, change func()) {
 		err := cp.Client.Update(context.Background(), obj)
 		return err == nil, err
 	})
+}
+
+// TestApprovedPlanAppliedOnceAcrossOperatorRestarts: the operator is
+// stopped between the approval and the apply (the approval arrives while
+// none runs), and again during the apply (the provider holds the update):
+// each operator decides from the Stack's status alone, and the plan is
+// applied once, never twice, never another.
+func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
+	e := newEnv(t)
+	e.opts.StackResyncOverride = time.Second
+	hold := filepath.Join(t.TempDir(), "hold")
+	e.opts.AgentEnv[provider.HoldEnv] = hold
+	_, stop := operatortest.StartOperator(t, cp.Config, e.opts)
+	repo := gitrepo.New(t)
+	ctx := context.Background()
+	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program, ".gitignore": "Pulumi.*.yaml\n"})
+	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "chaos"}, Spec: pulumiv1.StackSpec{
+		Stack: "chaos", GitSource: &pulumiv1.GitSource{ProjectRepo: repo.URL(), Branch: "main"},
+		Config:   map[string]apiextensionsv1.JSON{"content": {Raw: []byte(`"once"`)}},
+		Approval: &pulumiv1.ApprovalPolicy{Required: true},
+	}}
+	if err := cp.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, s, "awaiting approval", awaiting(sha))
+	fp := s.Status.Plan.Fingerprint
+
+	// Between the approval and the apply: no operator runs when it comes.
+	stop()
+	approve(t, s, "while-down", fp, stackflowv1alpha1.Approved)
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stop = operatortest.StartOperator(t, cp.Config, e.opts)
+	var applying string
+	waitStack(t, s, "applying the plan approved while no operator ran", func(s *pulumiv1.Stack) bool {
+		if cu := s.Status.CurrentUpdate; cu != nil && s.Status.Plan.State == pulumiv1.PlanApplying {
+			applying = cu.Name
+		}
+		return applying != ""
+	})
+	u := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: applying}}
+	substrate.Eventually(t, 2*time.Minute, "the apply running in the workspace", func() (bool, error) {
+		if err := get(t, u); err != nil {
+			return false, err
+		}
+		return apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeProgressing), nil
+	})
+	if u.Spec.PlanSecretName == "" {
+		t.Fatalf("the apply %s is not constrained to the plan", u.Name)
+	}
+
+	// During the apply: the operator stops while the provider holds the
+	// update, and another takes over.
+	stop()
+	operatortest.StartOperator(t, cp.Config, e.opts)
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
+	waitStack(t, s, "ready with the plan applied", func(s *pulumiv1.Stack) bool {
+		return readyAt(sha)(s) && s.Status.Plan.State == pulumiv1.PlanApplied
+	})
+	if s.Status.Plan.ApplyUpdate != applying || s.Status.Plan.Approval.Name != "while-down" || s.Status.LastUpdate.Name != applying {
+		t.Fatalf("plan %+v, last update %s: want the one apply %s", s.Status.Plan, s.Status.LastUpdate.Name, applying)
+	}
+	if got, _ := e.pe.Record(t, "approved"); got != "once" {
+		t.Fatalf("record %q", got)
+	}
+	if h := history(t, e, repo, "chaos"); len(h) != 1 {
+		t.Fatalf("the backend recorded %d updates, want the one apply: %+v", len(h), h)
+	}
 }
