@@ -24,6 +24,10 @@ var clusterRoleNeeds = map[string]string{
 		"(SetControllerReference in reconcileWorkspace, stack_updates.go startUpdate), which OwnerReferencesPermissionEnforcement checks against the owner's finalizers",
 
 	// Programs (controller/program_controller.go; read by the Stack controller and the artifact server).
+	// PlanApprovals (controller/stack_approval.go): read, never written.
+	"stackflow.io/planapprovals get":   "planVerdicts reads the PlanApprovals naming a Stack from the cache (the PlanApproval informer)",
+	"stackflow.io/planapprovals list":  "the PlanApproval informer; planVerdicts lists them by the spec.stackName index",
+	"stackflow.io/planapprovals watch": "the PlanApproval informer: an approval wakes the Stack it names (approvedStack)",
 	"pulumi.com/programs get":          "ProgramReconciler.Reconcile, resolveSource for programRef, the artifact renderer (cache)",
 	"pulumi.com/programs list":         "the Program informer (setupPrograms registers it on every replica)",
 	"pulumi.com/programs watch":        "the Program informer",
