@@ -16,9 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	stackflowv1alpha1 "github.com/stackflow-io/stackflow/operator/api/stackflow/v1alpha1"
 )
 
-var stackActions = []string{"preview-off", "preview-on", "reconcile-now", "retry"}
+var stackActions = []string{"approve", "preview-off", "preview-on", "reconcile-now", "reject", "retry"}
+
+// patchActions change the Stack itself; approve and reject create a
+// PlanApproval (TestPlanActions).
+var patchActions = []string{"preview-off", "preview-on", "reconcile-now", "retry"}
 
 // enabledActions: the actions offered enabled for each Stack fixture (the
 // others are listed, disabled).
@@ -41,7 +46,7 @@ var enabledActions = map[string][]string{
 	"captured/stack-deleting-destroy-failed.yaml":  {},
 	"hand/stack-no-status.yaml":                    {"preview-on", "reconcile-now"},
 	"hand/stack-drift.yaml":                        {"preview-on", "reconcile-now"},
-	"hand/stack-awaiting-approval.yaml":            {"preview-on", "reconcile-now"},
+	"hand/stack-awaiting-approval.yaml":            {"approve", "preview-on", "reconcile-now", "reject"},
 	"hand/stack-preview-changes.yaml":              {"preview-off", "reconcile-now"},
 	"hand/stack-conflict-retry.yaml":               {"preview-on", "reconcile-now", "retry"},
 	"hand/stack-request-while-source-stalled.yaml": {"preview-on", "reconcile-now", "retry"},
@@ -143,7 +148,7 @@ func TestActions(t *testing.T) {
 		for _, a := range enabledActions[f] {
 			enabled[a] = true
 		}
-		for _, action := range stackActions {
+		for _, action := range patchActions {
 			t.Run(f+"/"+action, func(t *testing.T) {
 				obj := fixture(t, f)
 				next, patch := runAction(t, obj, action)
@@ -228,6 +233,57 @@ func TestReconcileRequestIsNew(t *testing.T) {
 				t.Errorf("%s in the same second as request %q set %q", action, now, got)
 			}
 			break
+		}
+	}
+}
+
+// TestPlanActions: approve and reject, on each Stack fixture, create one
+// PlanApproval of the plan the Stack awaits approval for, as Argo CD's
+// identity, and nothing else; where discovery shows them disabled (no plan
+// awaiting approval, a Stack being deleted) they fail with a message saying
+// why, creating nothing.
+func TestPlanActions(t *testing.T) {
+	vm := lua.VM{ResourceOverrides: overrides(t)}
+	for _, f := range stackFixtures(t) {
+		enabled := map[string]bool{}
+		for _, a := range enabledActions[f] {
+			enabled[a] = true
+		}
+		for action, decision := range map[string]string{"approve": "Approved", "reject": "Rejected"} {
+			t.Run(f+"/"+action, func(t *testing.T) {
+				obj := fixture(t, f)
+				def, err := vm.GetResourceAction(obj, action)
+				if err != nil {
+					t.Fatal(err)
+				}
+				impacted, err := vm.ExecuteResourceAction(obj.DeepCopy(), def.ActionLua)
+				if !enabled[action] {
+					if err == nil || !regexp.MustCompile(`awaits no approval|being deleted`).MatchString(err.Error()) {
+						t.Fatalf("disabled %s returned %v, %v; want an error saying why", action, impacted, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(impacted) != 1 || impacted[0].K8SOperation != lua.CreateOperation {
+					t.Fatalf("%s returned %v; want one object to create", action, impacted)
+				}
+				fp, _, _ := unstructured.NestedString(obj.Object, "status", "plan", "fingerprint")
+				b, _ := json.Marshal(impacted[0].UnstructuredObj)
+				dec := json.NewDecoder(bytes.NewReader(b))
+				dec.DisallowUnknownFields()
+				pa := &stackflowv1alpha1.PlanApproval{}
+				if err := dec.Decode(pa); err != nil {
+					t.Fatalf("not a PlanApproval: %v\n%s", err, b)
+				}
+				want := stackflowv1alpha1.PlanApprovalSpec{StackName: obj.GetName(), Fingerprint: fp, Decision: stackflowv1alpha1.PlanDecision(decision),
+					Approver: ArgoCDServerIdentity, Comment: pa.Spec.Comment}
+				if pa.APIVersion != "stackflow.io/v1alpha1" || pa.Kind != "PlanApproval" || pa.Namespace != obj.GetNamespace() ||
+					pa.Name != "argocd-"+action+"-"+fp || pa.Spec != want || !strings.Contains(pa.Spec.Comment, "ResourceActionRan") {
+					t.Fatalf("%s created %s", action, b)
+				}
+			})
 		}
 	}
 }

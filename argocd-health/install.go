@@ -57,6 +57,8 @@ func InstallFiles() (map[string][]byte, error) {
 #   - https://github.com/stackflow-io/stackflow//argocd-health/install/kustomize?ref=<version>
 apiVersion: kustomize.config.k8s.io/v1alpha1
 kind: Component
+resources:
+- argocd-server-plan-approvals.yaml
 patches:
 - path: argocd-cm.yaml
 `
@@ -67,15 +69,21 @@ patches:
 	if err != nil {
 		return nil, err
 	}
-	values, err := render(generatedHeader+"# Values for the argo-cd Helm chart adding the Stackflow health checks and\n# Stack actions to argocd-cm:\n#   helm upgrade --install argocd argo/argo-cd -f values.yaml\n",
-		mapping("configs", mapping("cm", dataNode(data))))
+	role, binding := planApprovalsRBAC()
+	rbac, err := renderAll(generatedHeader+planApprovalsComment, role, binding)
+	if err != nil {
+		return nil, err
+	}
+	values, err := render(generatedHeader+"# Values for the argo-cd Helm chart adding the Stackflow health checks and\n# Stack actions to argocd-cm, and (extraObjects) the RBAC that lets Argo CD's\n# API server create PlanApprovals for the approve and reject actions:\n#   helm upgrade --install argocd argo/argo-cd -f values.yaml\n",
+		mapping("configs", mapping("cm", dataNode(data)), "extraObjects", &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: []*yaml.Node{role, binding}}))
 	if err != nil {
 		return nil, err
 	}
 	return map[string][]byte{
-		"kustomize/kustomization.yaml": []byte(kustomization),
-		"kustomize/argocd-cm.yaml":     patch,
-		"helm/values.yaml":             values,
+		"kustomize/kustomization.yaml":                []byte(kustomization),
+		"kustomize/argocd-cm.yaml":                    patch,
+		"kustomize/argocd-server-plan-approvals.yaml": rbac,
+		"helm/values.yaml":                            values,
 	}, nil
 }
 
@@ -95,6 +103,64 @@ func WriteInstall(dir string) error {
 		}
 	}
 	return nil
+}
+
+// ArgoCDServerIdentity is the Kubernetes user Argo CD's own manifests run
+// its API server as (ServiceAccount argocd-server in namespace argocd): the
+// approve and reject actions name it as a PlanApproval's approver, and the
+// install RBAC lets it create PlanApprovals.
+const ArgoCDServerIdentity = "system:serviceaccount:argocd:argocd-server"
+
+const planApprovalsComment = `# Lets Argo CD's API server (ServiceAccount argocd-server in namespace argocd)
+# create PlanApprovals (stackflow.io) in every namespace, which the Stack
+# actions approve and reject do with Argo CD's identity. Argo CD's own RBAC
+# (action/pulumi.com/Stack/approve) decides which Argo CD users may run them.
+# Where Argo CD runs in another namespace, change the subject's namespace and
+# ARGOCD_IDENTITY in the actions (argocd-health/README.md).
+`
+
+// planApprovalsRBAC is the ClusterRole and ClusterRoleBinding that let Argo
+// CD's API server create PlanApprovals.
+func planApprovalsRBAC() (role, binding *yaml.Node) {
+	const name = "stackflow-argocd-server-plan-approvals"
+	labels := mapping("app.kubernetes.io/part-of", scalar("stackflow"))
+	role = mapping("apiVersion", scalar("rbac.authorization.k8s.io/v1"), "kind", scalar("ClusterRole"),
+		"metadata", mapping("name", scalar(name), "labels", labels),
+		"rules", &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: []*yaml.Node{
+			mapping("apiGroups", list("stackflow.io"), "resources", list("planapprovals"), "verbs", list("create")),
+		}})
+	binding = mapping("apiVersion", scalar("rbac.authorization.k8s.io/v1"), "kind", scalar("ClusterRoleBinding"),
+		"metadata", mapping("name", scalar(name), "labels", labels),
+		"roleRef", mapping("apiGroup", scalar("rbac.authorization.k8s.io"), "kind", scalar("ClusterRole"), "name", scalar(name)),
+		"subjects", &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: []*yaml.Node{
+			mapping("kind", scalar("ServiceAccount"), "name", scalar("argocd-server"), "namespace", scalar("argocd")),
+		}})
+	return role, binding
+}
+
+func list(vs ...string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
+	for _, v := range vs {
+		n.Content = append(n.Content, scalar(v))
+	}
+	return n
+}
+
+// renderAll renders documents into one multi-document file.
+func renderAll(header string, docs ...*yaml.Node) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString(header)
+	for i, d := range docs {
+		b, err := render("", d)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			buf.WriteString("---\n")
+		}
+		buf.Write(b)
+	}
+	return buf.Bytes(), nil
 }
 
 func render(header string, n *yaml.Node) ([]byte, error) {

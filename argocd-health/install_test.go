@@ -12,6 +12,7 @@ import (
 
 	"github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
 	"github.com/argoproj/gitops-engine/pkg/health"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -95,10 +96,16 @@ components:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out.Resources()) != 1 {
-		t.Fatalf("kustomize built %d resources", len(out.Resources()))
+	// argocd-cm, and the RBAC letting argocd-server create PlanApprovals.
+	if len(out.Resources()) != 3 {
+		t.Fatalf("kustomize built %d resources, want argocd-cm, a ClusterRole and a ClusterRoleBinding", len(out.Resources()))
 	}
-	b, err := out.AsYaml()
+	checkPlanApprovalRBAC(t, out.Resources()[1].MustYaml()+"---\n"+out.Resources()[2].MustYaml())
+	cmRes, err := out.GetById(out.Resources()[0].CurId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cmRes.AsYAML()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,12 +127,52 @@ func TestHelmValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	var values struct {
-		Configs struct{ CM map[string]string }
+		Configs      struct{ CM map[string]string }
+		ExtraObjects []any `json:"extraObjects"`
 	}
 	if err := yaml.Unmarshal(b, &values); err != nil {
 		t.Fatal(err)
 	}
 	checkConfigMapData(t, values.Configs.CM)
+	var docs []string
+	for _, o := range values.ExtraObjects {
+		d, err := yaml.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, string(d))
+	}
+	checkPlanApprovalRBAC(t, strings.Join(docs, "---\n"))
+}
+
+// checkPlanApprovalRBAC: the RBAC objects (YAML documents) let the
+// ServiceAccount argocd-server of namespace argocd, and only it, create
+// PlanApprovals, and nothing else.
+func checkPlanApprovalRBAC(t *testing.T, docs string) {
+	t.Helper()
+	var role rbacv1.ClusterRole
+	var binding rbacv1.ClusterRoleBinding
+	parts := strings.Split(docs, "---\n")
+	if len(parts) != 2 {
+		t.Fatalf("RBAC: %d documents, want 2:\n%s", len(parts), docs)
+	}
+	if err := yaml.UnmarshalStrict([]byte(parts[0]), &role); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict([]byte(parts[1]), &binding); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"stackflow.io"}, Resources: []string{"planapprovals"}, Verbs: []string{"create"}}}
+	if role.Kind != "ClusterRole" || !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("ClusterRole %+v, want rules %+v", role, want)
+	}
+	if binding.Kind != "ClusterRoleBinding" || binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||
+		binding.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "argocd-server", Namespace: "argocd"}) {
+		t.Errorf("ClusterRoleBinding %+v", binding)
+	}
+	if ArgoCDServerIdentity != "system:serviceaccount:"+binding.Subjects[0].Namespace+":"+binding.Subjects[0].Name {
+		t.Errorf("the actions name %s as approver, the RBAC binds %+v", ArgoCDServerIdentity, binding.Subjects)
+	}
 }
 
 // checkConfigMapData reads argocd-cm data the way Argo CD's settings manager

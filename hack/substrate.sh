@@ -144,7 +144,8 @@ pulumi_yaml_dir() { echo "$CACHE/pulumi-language-yaml-$PULUMI_YAML_VERSION"; }
 controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
 rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION-$(tools_digest argo)"; }
 argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION-components-$(tools_digest argocd)"; }
-argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components-$(tools_digest argo)"; }
+# (-rbac: the layout that keeps the API server's RBAC manifests too)
+argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components-rbac-$(tools_digest argo)"; }
 kargo_dir() { echo "$CACHE/kargo-$KARGO_VERSION-$(tools_digest kargo)"; }
 netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION-$(tools_digest netpol)"; }
 protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
@@ -472,8 +473,9 @@ build_rollouts() {
 # repo server, API server, git-ask-pass: the main package PKG, picking the
 # component from ARGOCD_BINARY_NAME like Argo CD's multi-call binary) and
 # keeps, beside it, the CRDs and the argocd-cm that the version's install
-# manifests ship (its defaults, e.g. v3's ignoreResourceUpdates), and its
-# VERSION. The whole multi-call binary (CLI, Dex, notifications, ApplicationSet
+# manifests ship (its defaults, e.g. v3's ignoreResourceUpdates), the RBAC they
+# give the API server (server-rbac/: its ClusterRole, Role and bindings, for
+# tests that run it as its ServiceAccount), and its VERSION. The whole multi-call binary (CLI, Dex, notifications, ApplicationSet
 # controller, …) compiles about 160 more packages, and its cold build takes
 # longer (DEVELOPMENT.md, "Argo CD versions").
 build_argocd_components() {
@@ -485,7 +487,9 @@ build_argocd_components() {
   mkdir -p "$out/crds"
   cp "$src"/manifests/crds/*-crd.yaml "$out/crds/"
   cp "$src"/manifests/base/config/argocd-cm.yaml "$out/argocd-cm.yaml"
-  chmod u+w "$out"/crds/* "$out/argocd-cm.yaml"
+  mkdir -p "$out/server-rbac"
+  cp "$src"/manifests/cluster-rbac/server/argocd-server-cluster*.yaml "$src"/manifests/base/server/argocd-server-role*.yaml "$out/server-rbac/"
+  chmod u+w "$out"/crds/* "$out/argocd-cm.yaml" "$out"/server-rbac/*
   echo "$version" > "$out/VERSION"
 }
 build_argocd() { build_argocd_components "$here/tools/argocd" . v2 "$ARGOCD_VERSION" "$1"; }

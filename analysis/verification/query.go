@@ -30,7 +30,18 @@ type Query struct {
 	// its wait began plus its grace), so the service keeps no state between
 	// requests.
 	NotFoundAfter time.Time
+	// DenyOn, when set, lists planned operations (create, update, delete,
+	// replace) that fail the verification before anything is applied: a
+	// Stack requiring approval whose plan of the commit has one of them is
+	// Failed (PlanDenied) while it awaits approval. delete includes replace
+	// (a replacement deletes the old resource). A Stack that does not
+	// require approval applies without a plan to check: Failed
+	// (ApprovalNotRequired). "none" denies nothing.
+	DenyOn []string
 }
+
+// denyOnOps are the operations denyOn may name.
+var denyOnOps = map[string]bool{"create": true, "update": true, "delete": true, "replace": true}
 
 // NotFoundIsFinal reports whether a Stack that does not exist at now is a
 // terminal failure: the caller set NotFoundAfter and it has come.
@@ -49,14 +60,14 @@ func queryErrorf(format string, args ...any) error {
 
 // known query parameters; any other is refused, so a typo (comit=) does not
 // silently verify nothing.
-var known = map[string]bool{"commit": true, "operation": true, "within": true, "wait": true, "notFoundAfter": true}
+var known = map[string]bool{"commit": true, "operation": true, "within": true, "wait": true, "notFoundAfter": true, "denyOn": true}
 
 // ParseQuery parses the query of a verification request. commit is
 // required; operation defaults to up.
 func ParseQuery(v url.Values) (Query, error) {
 	for k := range v {
 		if !known[k] {
-			return Query{}, queryErrorf("unknown query parameter %q: use commit, operation, within, wait and notFoundAfter", cut(k, 64))
+			return Query{}, queryErrorf("unknown query parameter %q: use commit, operation, within, wait, notFoundAfter and denyOn", cut(k, 64))
 		}
 	}
 	for k, vals := range v {
@@ -90,6 +101,21 @@ func ParseQuery(v url.Values) (Query, error) {
 	}
 	if q.NotFoundAfter, err = instant(v, "notFoundAfter"); err != nil {
 		return Query{}, err
+	}
+	// "none" is the value of a caller that cannot leave a parameter out
+	// (Kargo's http step: a query parameter's value must not be empty).
+	if d := v.Get("denyOn"); d != "" && d != "none" {
+		seen := map[string]bool{}
+		for _, op := range strings.Split(d, ",") {
+			op = strings.TrimSpace(op)
+			if !denyOnOps[op] {
+				return Query{}, queryErrorf("denyOn %q names %q: use a comma-separated list of create, update, delete (which includes replace) and replace", cut(d, 64), cut(op, 32))
+			}
+			if !seen[op] {
+				seen[op] = true
+				q.DenyOn = append(q.DenyOn, op)
+			}
+		}
 	}
 	return q, nil
 }

@@ -3,6 +3,7 @@ package verification
 import (
 	"errors"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,10 @@ func TestParseQuery(t *testing.T) {
 		{raw: "commit=abcdef1&notFoundAfter=5m", err: "notFoundAfter \"5m\" is not a time"},
 		{raw: "commit=abcdef1&notFoundAfter=2026-12-01", err: "is not a time"},
 		{raw: "commit=abcdef1&notFoundAfter=2026-12-01T12:05:00.000000000000000000000Z", err: "is not a time"},
+		{raw: "commit=abcdef1&denyOn=delete,replace,delete", want: Query{Commit: "abcdef1", Operation: OperationUp, DenyOn: []string{"delete", "replace"}}},
+		{raw: "commit=abcdef1&denyOn=none", want: Query{Commit: "abcdef1", Operation: OperationUp}},
+		{raw: "commit=abcdef1&denyOn=", want: Query{Commit: "abcdef1", Operation: OperationUp}},
+		{raw: "commit=abcdef1&denyOn=destroy", err: `names "destroy": use a comma-separated list of create, update, delete`},
 		{raw: "", err: "commit is required"},
 		{raw: "commit=abc", err: "not a commit SHA"},
 		{raw: "commit=" + shaA + "0", err: "not a commit SHA"},
@@ -43,7 +48,7 @@ func TestParseQuery(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tt.want {
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("got %+v, %v; want %+v", got, err, tt.want)
 			}
 		})

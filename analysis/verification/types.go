@@ -61,6 +61,14 @@ const (
 	// waits for a new approval rather than retrying; Plan says what
 	// happened.
 	ReasonPlanNotApplied = "PlanNotApplied"
+	// ReasonPlanDenied: the plan of the commit has an operation the
+	// caller's denyOn names; nothing of it was applied (the Stack awaits
+	// approval).
+	ReasonPlanDenied = "PlanDenied"
+	// ReasonApprovalNotRequired: the caller's denyOn cannot be honoured:
+	// the Stack does not require approval, so it applies the commit without
+	// a plan to check first.
+	ReasonApprovalNotRequired = "ApprovalNotRequired"
 )
 
 // Operation is the Pulumi operation a verification asks about.
@@ -126,6 +134,9 @@ type Plan struct {
 	Summary string `json:"summary,omitempty"`
 	// ExpiresAt is when the plan can no longer be approved.
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	// Changes counts the affected resources by planned operation (create,
+	// update, delete, replace).
+	Changes map[string]int64 `json:"changes,omitempty"`
 }
 
 // Commit is a commit SHA, full (as far as known) and short (7 characters).

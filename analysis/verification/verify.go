@@ -3,6 +3,7 @@ package verification
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -67,6 +68,8 @@ var (
 //     once Query.NotFoundAfter has come (the caller's grace is over);
 //  2. a Stack being deleted: Failed;
 //  3. a pinned Stack (spec.commit) whose commit is another: Pending;
+//     with Query.DenyOn, a Stack that does not require approval, or whose
+//     plan of the commit has a denied operation: Failed (denyPlan);
 //  4. an update in flight for the current generation at the commit:
 //     Running (Failed when it retries, at the backoff cap, an update that
 //     already failed RetryStallAfter times);
@@ -101,6 +104,11 @@ func Verify(in Input) Result {
 	}
 	if specCommit(s) != "" && !Matches(specCommit(s), q.Commit) {
 		return r.with(PhasePending, ReasonCommitNotTargeted, "the Stack targets commit %s, not %s (has Argo CD synced the change?)", revision.Short(CommitSHA(specCommit(s))), r.RequestedCommit.Short)
+	}
+	if len(q.DenyOn) > 0 {
+		if denied, ok := denyPlan(r, s, q); ok {
+			return denied
+		}
 	}
 	op := stackOperation(s)
 
@@ -341,11 +349,61 @@ func specBranch(s *pulumiv1.Stack) string {
 }
 
 // describePlan describes a Stack's plan for a result.
+// denyPlan applies Query.DenyOn: a Stack that does not require approval
+// cannot have a change refused before it applies (Failed,
+// ApprovalNotRequired); the plan of the requested commit, at the Stack's
+// generation, that has a denied operation fails the verification (Failed,
+// PlanDenied), saying whether it still awaits approval (nothing applied) or
+// was approved already. ok is false when neither holds (the plan is not
+// made yet, or has no denied operation).
+func denyPlan(r Result, s *pulumiv1.Stack, q Query) (Result, bool) {
+	deny := strings.Join(q.DenyOn, ",")
+	if s.Spec.Approval == nil || !s.Spec.Approval.Required {
+		return r.with(PhaseFailed, ReasonApprovalNotRequired, "denyOn=%s needs a Stack that requires approval (spec.approval.required: true): this one applies %s as soon as it is pinned, with no plan to check first",
+			deny, r.RequestedCommit.Short), true
+	}
+	p := s.Status.Plan
+	if p == nil || p.Generation != s.Generation || !Matches(p.Commit, q.Commit) {
+		return r, false
+	}
+	var found []string
+	for _, op := range q.DenyOn {
+		n := p.Changes[op]
+		if op == "delete" {
+			n += p.Changes["replace"]
+		}
+		if n > 0 {
+			found = append(found, fmt.Sprintf("%d to %s", n, op))
+		}
+	}
+	if len(found) == 0 {
+		return r, false
+	}
+	r.ObservedCommit = NewCommit(p.Commit)
+	r.Plan = describePlan(p)
+	what := "nothing of it was applied: the Stack awaits approval of it until " + p.ExpiresAt.UTC().Format(time.RFC3339) + " (reject it, or push a change without it)"
+	switch p.State {
+	case pulumiv1.PlanApplying, pulumiv1.PlanApplied:
+		what = "it was approved already (" + approverOf(p) + ") and is applied anyway"
+	case pulumiv1.PlanRejected:
+		what = "it was rejected; nothing of it was applied"
+	}
+	return r.with(PhaseFailed, ReasonPlanDenied, "the plan of %s (%s, plan %s) has resources %s, which denyOn=%s refuses; %s",
+		r.ObservedCommit.Short, p.Summary, p.ShortFingerprint(), strings.Join(found, ", "), deny, what), true
+}
+
+func approverOf(p *pulumiv1.StackPlan) string {
+	if p.Approval == nil {
+		return "by an approval"
+	}
+	return "by " + p.Approval.Approver
+}
+
 func describePlan(p *pulumiv1.StackPlan) *Plan {
 	if p == nil {
 		return nil
 	}
-	d := &Plan{Fingerprint: p.Fingerprint, State: string(p.State), Summary: p.Summary}
+	d := &Plan{Fingerprint: p.Fingerprint, State: string(p.State), Summary: p.Summary, Changes: p.Changes}
 	d.ExpiresAt = timePtr(p.ExpiresAt)
 	return d
 }

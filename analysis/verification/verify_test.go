@@ -263,3 +263,47 @@ func TestSummary(t *testing.T) {
 		})
 	}
 }
+
+func changes(c map[string]int64) func(*pulumiv1.Stack) {
+	return func(s *pulumiv1.Stack) { s.Status.Plan.Changes = c; s.Status.Plan.Summary = "+0 ~1 -1 ±1" }
+}
+
+// TestVerifyDenyOn: denyOn fails a plan with a denied operation while it
+// awaits approval (nothing applied), says so of one approved already, lets
+// other plans take their course, and fails at once for a Stack that applies
+// without a plan.
+func TestVerifyDenyOn(t *testing.T) {
+	gated := func(s *pulumiv1.Stack) { s.Spec.Approval = &pulumiv1.ApprovalPolicy{Required: true} }
+	deleting := changes(map[string]int64{"update": 1, "delete": 1})
+	replacing := changes(map[string]int64{"replace": 2})
+	q := func(deny ...string) Query { return Query{Commit: shaA, Operation: OperationUp, DenyOn: deny} }
+	tests := []struct {
+		name   string
+		stack  *pulumiv1.Stack
+		q      Query
+		phase  Phase
+		reason string
+		msg    string
+	}{
+		{"deleting plan awaiting approval", stack(gated, plan(pulumiv1.PlanAwaitingApproval, shaA, 3), deleting), q("delete"), PhaseFailed, ReasonPlanDenied,
+			"the plan of aaaaaaa (+0 ~1 -1 ±1, plan 3f9a0c1d2e4b) has resources 1 to delete, which denyOn=delete refuses; nothing of it was applied: the Stack awaits approval of it until 2026-12-02T12:00:00Z"},
+		{"replacing plan, denyOn delete", stack(gated, plan(pulumiv1.PlanAwaitingApproval, shaA, 3), replacing), q("delete"), PhaseFailed, ReasonPlanDenied, "2 to delete"},
+		{"replacing plan, denyOn replace", stack(gated, plan(pulumiv1.PlanAwaitingApproval, shaA, 3), replacing), q("replace"), PhaseFailed, ReasonPlanDenied, "2 to replace"},
+		{"deleting plan, denyOn create", stack(gated, plan(pulumiv1.PlanAwaitingApproval, shaA, 3), deleting), q("create"), PhasePending, ReasonAwaitingApproval, ""},
+		{"deleting plan approved already", stack(gated, plan(pulumiv1.PlanApplying, shaA, 3), deleting, current(shaA, 3, pulumiv1.UpdatePurposeDeploy)), q("delete"), PhaseFailed, ReasonPlanDenied, "approved already"},
+		{"plan of another commit", stack(gated, plan(pulumiv1.PlanAwaitingApproval, shaB, 3), deleting), q("delete"), PhasePending, "", ""},
+		{"plan being made", stack(gated, current(shaA, 3, pulumiv1.UpdatePurposePlan)), q("delete"), PhasePending, ReasonAwaitingApproval, ""},
+		{"no approval required", stack(), q("delete"), PhaseFailed, ReasonApprovalNotRequired, "denyOn=delete needs a Stack that requires approval"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Verify(Input{Namespace: "dev", Name: "web", Stack: tt.stack, Query: tt.q, Now: now, Update: func(string) *autov1alpha1.Update { return nil }})
+			if got.Phase != tt.phase || tt.reason != "" && got.Reason != tt.reason || !strings.Contains(got.Message, tt.msg) {
+				t.Fatalf("got %s/%s %q, want %s/%s containing %q", got.Phase, got.Reason, got.Message, tt.phase, tt.reason, tt.msg)
+			}
+			if got.Reason == ReasonPlanDenied && (got.Plan == nil || got.Plan.Changes == nil) {
+				t.Fatalf("a denial without the plan's counts: %+v", got.Plan)
+			}
+		})
+	}
+}

@@ -106,16 +106,165 @@ func stalled(s *pulumiv1.Stack) {
 // default when empty), and returns its evaluated config.
 func httpStep(t *testing.T, analysisURL, stackName, grace string) map[string]any {
 	t.Helper()
-	st := withStageVars(t, stage(t, "dev"), map[string]string{"stackName": stackName})
+	refVars := map[string]string{}
 	if grace != "" {
-		st = withRefVars(t, st, map[string]string{"stackNotFoundGrace": grace})
+		refVars["stackNotFoundGrace"] = grace
 	}
-	runs, err := (&promotion{stage: st, tasks: allTasks(t), analysisURL: analysisURL,
+	return httpStepAs(t, "verify", analysisURL, stackName, refVars)
+}
+
+// httpStepAs evaluates stackflow-promote's http step of alias as (plan,
+// approval or verify) with the task reference's vars refVars.
+func httpStepAs(t *testing.T, as, analysisURL, stackName string, refVars map[string]string) map[string]any {
+	t.Helper()
+	st := withStageVars(t, stage(t, "dev"), map[string]string{"stackName": stackName})
+	if len(refVars) > 0 {
+		st = withRefVars(t, st, refVars)
+	}
+	// The plan step's outputs run the approval step only for a plan
+	// awaiting approval: the other steps are answered so.
+	runs, err := (&promotion{stage: st, tasks: allTasks(t), analysisURL: analysisURL, answer: awaitingAnswer,
 		commits: []kargoexpr.Commit{{RepoURL: programRepo, ID: programSHA}}}).run(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return byAlias(runs)["verify"].config
+	r := byAlias(runs)[as]
+	if r.skipped {
+		t.Fatalf("step %s skipped", as)
+	}
+	return r.config
+}
+
+// awaitingAnswer is an answer of stackflow-analysis for a plan awaiting
+// approval.
+const awaitingAnswer = `{"phase":"Pending","reason":"AwaitingApproval","message":"awaiting approval: +1 ~0 -0, plan 3f9a0c1d2e4b","operation":"up",
+ "plan":{"fingerprint":"3f9a0c1d2e4b5a6978c0d1e2f3a4b5c6d7e8f90112233445566778899aabbccd","state":"AwaitingApproval","summary":"+1 ~0 -0"}}`
+
+// evalStep evaluates an http step's success and failure expressions, and
+// its error message and outputs, on an answer.
+func evalStep(t *testing.T, cfg map[string]any, code int, header http.Header, body []byte) (success, failure bool, message string, outputs map[string]any) {
+	t.Helper()
+	env, err := kargoexpr.HTTPEnv(code, header, body, str(cfg, "responseContentType"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eval := func(expr string) any {
+		t.Helper()
+		v, err := kargoexpr.EvalPlain(expr, env)
+		if err != nil {
+			t.Fatalf("evaluation error of %s on %s: %v", expr, body, err)
+		}
+		return v
+	}
+	success, _ = eval(str(cfg, "successExpression")).(bool)
+	failure, _ = eval(str(cfg, "failureExpression")).(bool)
+	if failure {
+		message, _ = eval(str(cfg, "errorExpression")).(string)
+	}
+	if success {
+		outputs = map[string]any{}
+		for _, o := range list(cfg, "outputs") {
+			outputs[str(o, "name")] = eval(str(o, "fromExpression"))
+		}
+	}
+	return success, failure, message, outputs
+}
+
+// TestPlanAndApprovalSteps evaluates the plan and approval steps of
+// stackflow-promote on live answers of stackflow-analysis for Stacks that
+// require approval: the plan step succeeds once a plan awaits approval,
+// with its summary and fingerprint as outputs, while the approval step
+// polls until the plan is approved and applying; a rejected or stale plan,
+// or one denied by denyOn, fails the step with the reason.
+func TestPlanAndApprovalSteps(t *testing.T) {
+	const fp = "3f9a0c1d2e4b5a6978c0d1e2f3a4b5c6d7e8f90112233445566778899aabbccd"
+	gated := func(s *pulumiv1.Stack) { s.Spec.Approval = &pulumiv1.ApprovalPolicy{Required: true} }
+	plan := func(state pulumiv1.PlanState, changes map[string]int64) func(*pulumiv1.Stack) {
+		return func(s *pulumiv1.Stack) {
+			s.Status.Plan = &pulumiv1.StackPlan{Fingerprint: fp, State: state, Summary: "+1 ~0 -1", Changes: changes,
+				Commit: programSHA, Generation: 3, ExpiresAt: metav1.NewTime(now.Add(24 * time.Hour))}
+		}
+	}
+	making := func(s *pulumiv1.Stack) {
+		s.Status.CurrentUpdate = &pulumiv1.CurrentStackUpdate{Name: s.Name + "-8", Commit: programSHA, Generation: 3, Number: 8, Purpose: pulumiv1.UpdatePurposePlan}
+	}
+	rejected := func(s *pulumiv1.Stack) {
+		s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: pulumiv1.StalledCondition, Status: metav1.ConditionTrue,
+			Reason: pulumiv1.StalledPlanRejectedReason, Message: "plan rejected by alice", ObservedGeneration: 3})
+	}
+	stale := func(s *pulumiv1.Stack) {
+		lastUpdate(pulumiv1.FailedStackStateMessage, 1)(s)
+		s.Status.LastUpdate.Message = "resource urn:pulumi:dev::web::rec violates plan: properties changed"
+	}
+	adds := map[string]int64{"create": 1}
+	deletes := map[string]int64{"create": 1, "delete": 1}
+	src := stacks{}
+	for _, s := range []*pulumiv1.Stack{
+		stackAt("making", programSHA, gated, making),
+		stackAt("awaiting", programSHA, gated, plan(pulumiv1.PlanAwaitingApproval, adds)),
+		stackAt("deleting", programSHA, gated, plan(pulumiv1.PlanAwaitingApproval, deletes)),
+		stackAt("applying", programSHA, gated, plan(pulumiv1.PlanApplying, adds), inFlight),
+		stackAt("applied", programSHA, gated, plan(pulumiv1.PlanApplied, adds), lastUpdate(pulumiv1.SucceededStackStateMessage, 0)),
+		stackAt("rejected", programSHA, gated, plan(pulumiv1.PlanRejected, adds), rejected),
+		stackAt("stale", programSHA, gated, plan(pulumiv1.PlanAwaitingApproval, adds), stale),
+		stackAt("ungated", programSHA, lastUpdate(pulumiv1.SucceededStackStateMessage, 0)),
+	} {
+		src[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s
+	}
+	srv := httptest.NewServer(server.New(server.Options{Stacks: src, Guard: tokenGuard{}}))
+	t.Cleanup(srv.Close)
+	const (
+		polling = iota
+		succeeds
+		fails
+		skipped
+	)
+	for _, tt := range []struct {
+		stack, denyOn  string
+		plan, approval int
+		message        string
+	}{
+		{"making", "", polling, skipped, ""},
+		{"awaiting", "", succeeds, polling, ""},
+		{"awaiting", "delete", succeeds, polling, ""},
+		{"deleting", "delete", fails, fails, "PlanDenied: the plan of 3f2a9c1 (+1 ~0 -1, plan 3f9a0c1d2e4b) has resources 1 to delete, which denyOn=delete refuses; nothing of it was applied"},
+		{"applying", "", succeeds, succeeds, ""},
+		{"applied", "", succeeds, succeeds, ""},
+		{"rejected", "", fails, fails, "StackStalled: the Stack is stalled (PlanRejected)"},
+		{"stale", "", fails, fails, "PlanNotApplied: the approved plan of 3f2a9c1 was not applied"},
+		{"ungated", "", succeeds, skipped, ""},
+		{"ungated", "delete", fails, fails, "ApprovalNotRequired: denyOn=delete needs a Stack that requires approval"},
+	} {
+		t.Run(tt.stack+"/denyOn="+tt.denyOn, func(t *testing.T) {
+			refVars := map[string]string{}
+			if tt.denyOn != "" {
+				refVars["denyOn"] = tt.denyOn
+			}
+			for _, step := range []struct {
+				as   string
+				want int
+			}{{"plan", tt.plan}, {"approval", tt.approval}} {
+				if step.want == skipped {
+					continue // the plan step's outputs decide; checked below
+				}
+				cfg := httpStepAs(t, step.as, srv.URL, tt.stack, refVars)
+				code, header, body := send(t, cfg)
+				success, failure, msg, out := evalStep(t, cfg, code, header, body)
+				if success != (step.want == succeeds) || failure != (step.want == fails) {
+					t.Fatalf("%s: success %v, failure %v on %d %s", step.as, success, failure, code, body)
+				}
+				if failure && !strings.HasPrefix(msg, tt.message) {
+					t.Errorf("%s: message %q, want %q", step.as, msg, tt.message)
+				}
+				if step.as == "plan" && success {
+					awaiting := tt.stack == "awaiting"
+					if out["awaitingApproval"] != awaiting || awaiting && (out["summary"] != "+1 ~0 -1" || out["fingerprint"] != fp) {
+						t.Errorf("plan outputs %v on %s", out, body)
+					}
+				}
+			}
+		})
+	}
 }
 
 // send makes the request the http step makes from its config.

@@ -185,9 +185,9 @@ func TestNamespacedTasksAreTheClusterTasks(t *testing.T) {
 func TestTaskShape(t *testing.T) {
 	wantSteps := map[string][]string{
 		"stackflow-promote": {"fail", "git-clone", "yaml-parse", "fail", "yaml-update", "git-commit", "git-push", "argocd-update",
-			"compose-output", "http", "compose-output"},
+			"compose-output", "http", "http", "http", "compose-output"},
 		"stackflow-promote-pr": {"fail", "git-clone", "yaml-parse", "fail", "yaml-update", "git-commit", "git-push", "git-open-pr",
-			"git-wait-for-pr", "argocd-update", "compose-output", "http", "compose-output"},
+			"git-wait-for-pr", "argocd-update", "compose-output", "http", "http", "http", "compose-output"},
 	}
 	wantVars := map[string]string{
 		"repoURL": "", "manifestsRepoURL": "", "manifestsBranch": "main", "stackFile": "",
@@ -230,7 +230,7 @@ func TestTaskShape(t *testing.T) {
 	// runs stackflow-promote's).
 	steps := map[string]map[string]any{}
 	shared := map[string]bool{"check-grace": true, "clone": true, "stack-file": true, "check-stack-file": true, "update-stack": true,
-		"commit": true, "grace": true, "verify": true}
+		"commit": true, "grace": true, "plan": true, "approval": true, "verify": true}
 	for _, task := range build(t, "tasks") {
 		for _, s := range list(task, "spec", "steps") {
 			key := str(s, "as")

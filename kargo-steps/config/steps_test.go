@@ -227,6 +227,9 @@ type promotion struct {
 	// path gives it, ./manifests/<stackFile>). When nil, every file is the
 	// Stack manifest of the step's vars stackNamespace and stackName.
 	files map[string]string
+	// answer is what every http step is answered (outputs, and the `if` of
+	// the steps after them): succeeded when empty.
+	answer string
 }
 
 // stackManifest is a Stack manifest as a manifests repository holds it.
@@ -355,7 +358,11 @@ func (p *promotion) output(t *testing.T, r stepRun, promoName string) map[string
 	case "git-wait-for-pr":
 		return map[string]any{"pr": map[string]any{"id": int64(42), "url": "https://github.com/example/infra-manifests/pull/42", "open": false, "merged": true}, "commit": mergeSHA}
 	case "http":
-		env, err := kargoexpr.HTTPEnv(200, http.Header{"Content-Type": {"application/json"}}, []byte(succeeded), "")
+		answer := p.answer
+		if answer == "" {
+			answer = succeeded
+		}
+		env, err := kargoexpr.HTTPEnv(200, http.Header{"Content-Type": {"application/json"}}, []byte(answer), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -475,8 +482,15 @@ func TestStageSnippetsPromote(t *testing.T) {
 			}
 			check("http queryParams", v["queryParams"], []any{map[string]any{"name": "commit", "value": programSHA}, map[string]any{"name": "operation", "value": tt.op},
 				map[string]any{"name": "notFoundAfter", "value": nfa}})
+			// A Stack that did not wait for approval: no plan, and the
+			// approval step skipped.
+			if !s["approval"].skipped {
+				t.Errorf("the approval step ran on a Stack that awaits none: %v", s["approval"].config)
+			}
+			check("plan queryParams", s["plan"].config["queryParams"], []any{map[string]any{"name": "commit", "value": programSHA}, map[string]any{"name": "operation", "value": tt.op},
+				map[string]any{"name": "notFoundAfter", "value": nfa}, map[string]any{"name": "denyOn", "value": "none"}})
 			want := map[string]any{"manifestsCommit": tt.manifestsCommit, "stackCommit": programSHA, "update": "web-7",
-				"permalink": "https://app.pulumi.com/acme/web/dev/updates/7"}
+				"permalink": "https://app.pulumi.com/acme/web/dev/updates/7", "planSummary": "", "planFingerprint": ""}
 			if tt.pr {
 				want["pullRequest"] = "https://github.com/example/infra-manifests/pull/42"
 			}

@@ -1,12 +1,9 @@
 package admission
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,7 +11,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -38,20 +34,11 @@ func TestMain(m *testing.M) {
 // decodeAll reads every document of a YAML stream.
 func decodeAll(t *testing.T, data []byte) []*unstructured.Unstructured {
 	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs
-			}
-			t.Fatal(err)
-		}
-		if m != nil {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
+	objs, err := substrate.DecodeObjects(data)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return objs
 }
 
 // strict rejects fields the schema does not know, as kubectl does by default,

@@ -53,7 +53,8 @@ type argoEnv struct {
 
 // startArgo starts a control plane and Argo CD version v on it for one test,
 // both stopped at its cleanup; a failing test gets the components' logs.
-func startArgo(t *testing.T, v argocd.Version) *argoEnv {
+// configure, when given, sets Argo CD's options further.
+func startArgo(t *testing.T, v argocd.Version, configure ...func(*argocd.Options)) *argoEnv {
 	t.Helper()
 	build := argocd.LocateOrSkip(t, v)
 	cp := substrate.StartControlPlaneT(t)
@@ -67,7 +68,11 @@ func startArgo(t *testing.T, v argocd.Version) *argoEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	argo, err := argocd.Start(ctx, argocd.Options{Build: build, Env: cp.Env, Client: c, Dir: filepath.Join(t.TempDir(), "argocd"), RepoRoot: substrate.RepoRoot()})
+	opts := argocd.Options{Build: build, Env: cp.Env, Client: c, Dir: filepath.Join(t.TempDir(), "argocd"), RepoRoot: substrate.RepoRoot()}
+	for _, f := range configure {
+		f(&opts)
+	}
+	argo, err := argocd.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("start Argo CD %s: %v", build.Version, err)
 	}

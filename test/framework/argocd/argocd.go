@@ -100,6 +100,10 @@ type Build struct {
 	CRDs string
 	// ConfigMap is the argocd-cm the version's install manifests ship.
 	ConfigMap string
+	// ServerRBAC is the directory of the RBAC the version's install
+	// manifests give the API server (ClusterRole, Role and bindings
+	// argocd-server); empty in a build made before the substrate kept it.
+	ServerRBAC string
 }
 
 // Major is the build's major version (2 or 3).
@@ -130,6 +134,9 @@ func Locate(v Version) (Build, error) {
 		return Build{}, fmt.Errorf("hack/substrate.sh env names no directory for Argo CD %s (%s)", v, v.EnvDir())
 	}
 	b := Build{Binary: filepath.Join(dir, "argocd"), CRDs: filepath.Join(dir, "crds"), ConfigMap: filepath.Join(dir, "argocd-cm.yaml")}
+	if _, err := os.Stat(filepath.Join(dir, "server-rbac")); err == nil {
+		b.ServerRBAC = filepath.Join(dir, "server-rbac")
+	}
 	version, err := os.ReadFile(filepath.Join(dir, "VERSION"))
 	if err == nil {
 		b.Version = strings.TrimSpace(string(version))
@@ -184,6 +191,22 @@ type Options struct {
 	AppResync time.Duration
 	// Log, when set, also receives the processes' output.
 	Log io.Writer
+	// Accounts are Argo CD local users (name → password), each able to log
+	// in (accounts.<name>: login). With any, authentication is on: every API
+	// request needs a session (Login), and RBACPolicy decides what each user
+	// may do. Without, the API server runs with --disable-auth.
+	Accounts map[string]string
+	// RBACPolicy is argocd-rbac-cm's policy.csv (no default role).
+	RBACPolicy string
+	// ServerAsServiceAccount runs the API server as the ServiceAccount
+	// argocd-server of the argocd namespace, bound to the RBAC Argo CD's
+	// own manifests give it (Build.ServerRBAC) and to the manifests in
+	// ServerExtraRBAC, as a real install does; otherwise it runs as a
+	// system:masters user, as the other components do.
+	ServerAsServiceAccount bool
+	// ServerExtraRBAC are files of RBAC objects applied beside Argo CD's
+	// own (e.g. argocd-health's PlanApproval RBAC).
+	ServerExtraRBAC []string
 }
 
 // Instance is a running Argo CD.
@@ -195,6 +218,12 @@ type Instance struct {
 	RedisAddr string
 	// Kubeconfig is the file the components use.
 	Kubeconfig string
+	// ServerKubeconfig is the API server's: Kubeconfig, or the
+	// ServiceAccount argocd-server's (Options.ServerAsServiceAccount).
+	ServerKubeconfig string
+
+	// token authenticates API requests (As).
+	token string
 
 	redis *miniredis.Miniredis
 	mu    sync.Mutex
@@ -220,7 +249,7 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := installSettings(ctx, o.Client, o.Build, o.RepoRoot); err != nil {
+	if err := installSettings(ctx, o); err != nil {
 		return nil, err
 	}
 	in := &Instance{}
@@ -231,6 +260,12 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	}()
 	if in.Kubeconfig, err = substrate.WriteKubeconfig(o.Env, filepath.Join(o.Dir, "kubeconfig")); err != nil {
 		return nil, err
+	}
+	in.ServerKubeconfig = in.Kubeconfig
+	if o.ServerAsServiceAccount {
+		if in.ServerKubeconfig, err = serverServiceAccount(ctx, o); err != nil {
+			return nil, err
+		}
 	}
 	if in.redis, err = miniredis.Run(); err != nil {
 		return nil, fmt.Errorf("start redis: %w", err)
@@ -288,11 +323,15 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	}, ctrlMetrics); err != nil {
 		return nil, err
 	}
-	if err := start("argocd-server", []string{
-		"--kubeconfig", in.Kubeconfig, "--namespace", Namespace, "--repo-server", repoAddr, "--repo-server-plaintext",
-		"--insecure", "--disable-auth", "--address", "127.0.0.1", "--port", strconv.Itoa(apiPort), "--metrics-port", strconv.Itoa(apiMetrics),
+	serverArgs := []string{
+		"--kubeconfig", in.ServerKubeconfig, "--namespace", Namespace, "--repo-server", repoAddr, "--repo-server-plaintext",
+		"--insecure", "--address", "127.0.0.1", "--port", strconv.Itoa(apiPort), "--metrics-port", strconv.Itoa(apiMetrics),
 		"--dex-server", "http://127.0.0.1:1",
-	}, apiPort); err != nil {
+	}
+	if len(o.Accounts) == 0 {
+		serverArgs = append(serverArgs, "--disable-auth")
+	}
+	if err := start("argocd-server", serverArgs, apiPort); err != nil {
 		return nil, err
 	}
 	in.APIURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(apiPort))
@@ -446,7 +485,8 @@ func ConfigMap(repoRoot, base string) (*corev1.ConfigMap, error) {
 
 // installSettings creates the argocd namespace, argocd-cm and argocd-secret
 // (server.secretkey, which every component's settings manager reads).
-func installSettings(ctx context.Context, c client.Client, b Build, repoRoot string) error {
+func installSettings(ctx context.Context, o Options) error {
+	c, b, repoRoot := o.Client, o.Build, o.RepoRoot
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -461,6 +501,9 @@ func installSettings(ctx context.Context, c client.Client, b Build, repoRoot str
 		// it with v3's default, annotation tracking.
 		cm.Data["application.resourceTrackingMethod"] = "annotation"
 	}
+	for name := range o.Accounts {
+		cm.Data["accounts."+name] = "login"
+	}
 	if err := c.Patch(ctx, cm, client.Apply, client.FieldOwner("stackflow-test"), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply argocd-cm: %w", err)
 	}
@@ -473,8 +516,20 @@ func installSettings(ctx context.Context, c client.Client, b Build, repoRoot str
 		ObjectMeta: metav1.ObjectMeta{Name: "argocd-secret", Namespace: Namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "argocd"}},
 		Data:       map[string][]byte{"server.secretkey": key},
 	}
+	if err := addAccounts(sec, o.Accounts); err != nil {
+		return err
+	}
 	if err := c.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create argocd-secret: %w", err)
+	}
+	if len(o.Accounts) > 0 {
+		rbac := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "argocd-rbac-cm", Namespace: Namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "argocd"}},
+			Data:       map[string]string{"policy.csv": o.RBACPolicy, "policy.default": ""},
+		}
+		if err := c.Create(ctx, rbac); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create argocd-rbac-cm: %w", err)
+		}
 	}
 	return nil
 }
@@ -491,7 +546,7 @@ func (in *Instance) RunAction(ctx context.Context, app string, gvk schema.GroupV
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := in.do(req)
 	if err != nil {
 		return err
 	}
@@ -520,7 +575,7 @@ func (in *Instance) ResourceHealth(ctx context.Context, app string, gk schema.Gr
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := in.do(req)
 	if err != nil {
 		return nil, err
 	}
