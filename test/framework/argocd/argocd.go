@@ -302,8 +302,8 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 		"GIT_CONFIG_NOSYSTEM=1",
 	}
 	common := []string{"--loglevel", "info", "--redis", in.RedisAddr}
-	start := func(name string, args []string, port int) error {
-		p, err := in.start(o, name, env, append(append([]string{}, common...), args...))
+	start := func(name string, args []string, port int, extraEnv ...string) error {
+		p, err := in.start(o, name, append(append([]string{}, env...), extraEnv...), append(append([]string{}, common...), args...))
 		if err != nil {
 			return err
 		}
@@ -331,7 +331,9 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	if len(o.Accounts) == 0 {
 		serverArgs = append(serverArgs, "--disable-auth")
 	}
-	if err := start("argocd-server", serverArgs, apiPort); err != nil {
+	// The in-cluster destination's credentials come from KUBECONFIG (the
+	// resource actions' patches and creations use them).
+	if err := start("argocd-server", serverArgs, apiPort, "KUBECONFIG="+in.ServerKubeconfig); err != nil {
 		return nil, err
 	}
 	in.APIURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(apiPort))
