@@ -44,7 +44,7 @@ func main() {
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: stackflow-analysis [flags]\n"+
 			"       stackflow-analysis refresh-token [flags]   (-h for its flags)\n\n"+
-			"Serves GET /v1/namespaces/{namespace}/stacks/{name}/verification?commit=<sha>&operation=up|preview[&within=<duration>][&wait=<duration>][&notFoundAfter=<RFC 3339 time>]\n"+
+			"Serves GET /v1/namespaces/{namespace}/stacks/{name}/verification?commit=<sha>&operation=up|preview[&within=<duration>][&wait=<duration>][&notFoundAfter=<RFC 3339 time>][&denyOn=create,update,delete,replace]\n"+
 			"and GET /v1/namespaces/{namespace}/stacks/{name} from an informer cache of Stacks and Updates; with\n"+
 			"--pulumi-cloud-token-secret also GET /v1/pulumi/{org}/{project}/{stack}/verification. Callers send a\n"+
 			"ServiceAccount token for one of --audiences. The cluster is reached through the in-cluster configuration,\n"+

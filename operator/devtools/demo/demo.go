@@ -606,7 +606,12 @@ func (d *demo) sync(ctx context.Context, st stage, rev string) error {
 
 // approve asks whether to promote to prod.
 func (d *demo) approve(ctx context.Context, st stage, commit string) (bool, error) {
-	d.scr.Ask(fmt.Sprintf("Promote %s to %s? In Kargo, stackflow-promote-pr opens a pull request and a person approves by merging it. [y/N] ", revision.Short(commit), st.Name))
+	return d.ask(ctx, fmt.Sprintf("Promote %s to %s? In Kargo, stackflow-promote-pr opens a pull request and a person approves by merging it. [y/N] ", revision.Short(commit), st.Name))
+}
+
+// ask asks a yes/no question; only y or yes is yes.
+func (d *demo) ask(ctx context.Context, question string) (bool, error) {
+	d.scr.Ask(question)
 	answer := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(d.o.In).ReadString('\n')

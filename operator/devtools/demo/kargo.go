@@ -12,6 +12,8 @@ import (
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	"github.com/stackflow-io/stackflow/internal/revision"
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
 	"github.com/stackflow-io/stackflow/test/framework/hostproxy"
 	"github.com/stackflow-io/stackflow/test/framework/kargo"
 	"github.com/stackflow-io/stackflow/test/framework/rollouts"
@@ -69,6 +71,11 @@ func (d *demo) startKargo(ctx context.Context, kb kargo.Build, rb rollouts.Build
 		}
 	}()
 	env := d.local.CP.Env
+	// The operator's admission policy recording who approves a plan: prod's
+	// Stack requires approval.
+	if err := substrate.InstallPlanApprovalPolicy(ctx, d.local.CP.Config, d.c, "default"); err != nil {
+		return fmt.Errorf("install the plan approval policy: %w", err)
+	}
 	if err := kb.InstallCRDs(env); err != nil {
 		return fmt.Errorf("install Kargo's CRDs: %w", err)
 	}
@@ -93,9 +100,11 @@ func (d *demo) startKargo(ctx context.Context, kb kargo.Build, rb rollouts.Build
 // runKargo rolls the releases out with Kargo: examples/kargo (Warehouse,
 // Stages dev, preview, test, prod, Stackflow's ClusterPromotionTasks and
 // ClusterAnalysisTemplates) on this machine. Release 1 is auto-promoted into
-// dev and preview; release 2 too, then promoted into test and, after the
-// question, into prod through a pull request the demo merges as its
-// reviewer; the broken release 3 fails its dev Promotion.
+// dev and preview; release 2 too, then promoted into test and into prod
+// through a pull request the demo merges as its reviewer, where the plan
+// prod's Stack awaits approval for is shown and the person asked to approve
+// it (through Argo CD's approve action); the broken release 3 fails its dev
+// Promotion.
 func (d *demo) runKargo(ctx context.Context, sum *Summary) error {
 	say := d.scr.Say
 	sum.Kargo = true
@@ -156,20 +165,14 @@ func (d *demo) runKargo(ctx context.Context, sum *Summary) error {
 	if err := d.kargoPromote(ctx, "test", f2); err != nil {
 		return err
 	}
-	prod := d.stages[len(d.stages)-1]
-	if ok := d.o.Yes; !ok {
-		if ok, err = d.approve(ctx, prod, release); err != nil {
-			return err
-		}
-		if !ok {
-			say("prod not promoted: approval declined")
-			sum.ProdDeclined = true
-		}
-	}
-	if !sum.ProdDeclined {
-		if err := d.kargoPromote(ctx, "prod", f2); err != nil {
-			return err
-		}
+	// prod: through a pull request the demo merges as its reviewer; web-prod
+	// requires approval, so the Promotion then shows the plan and waits, and
+	// the demo asks the person to approve that plan (or rejects it).
+	if err := d.kargoPromote(ctx, "prod", f2); errors.Is(err, errPlanRejected) {
+		say("prod not promoted: its plan was rejected (the Promotion failed; web-prod stays as it was)")
+		sum.ProdDeclined = true
+	} else if err != nil {
+		return err
 	}
 
 	broken, err := d.program.commit(ctx, "Release 3: breaks on update", map[string]string{programFile: programYAML(3, true)})
@@ -272,6 +275,16 @@ func (d *demo) kargoPromote(ctx context.Context, stageName string, f *kargo.Frei
 			return err
 		}
 		d.scr.Say("prod: pull request #%d merged as %s", pr.Number, revision.Short(merge))
+		approved, err := d.decidePlan(ctx, d.stages[len(d.stages)-1], name, f)
+		if err != nil {
+			return err
+		}
+		if !approved {
+			if _, err := d.waitPromotion(ctx, stageName, f, 5*time.Minute); err != nil {
+				return err
+			}
+			return errPlanRejected
+		}
 	}
 	promo, err := d.waitPromotion(ctx, stageName, f, 5*time.Minute)
 	if err != nil {
@@ -285,6 +298,57 @@ func (d *demo) kargoPromote(ctx context.Context, stageName string, f *kargo.Frei
 	}
 	d.scr.Say("%s: Promotion %s Succeeded and the Freight is verified", stageName, promo.Name)
 	return nil
+}
+
+// errPlanRejected: the person rejected prod's plan.
+var errPlanRejected = errors.New("prod's plan was rejected")
+
+// decidePlan waits until the prod Promotion shows the plan its Stack awaits
+// approval for (the outputs of its step plan), asks the person whether to
+// approve it (--yes approves), and approves or rejects it through Argo CD's
+// approve or reject action on the Stack, naming the fingerprint shown, as a
+// person does from Argo CD's UI. It reports whether the plan was approved.
+func (d *demo) decidePlan(ctx context.Context, st stage, promoName string, f *kargo.Freight) (bool, error) {
+	var shown map[string]any
+	var ended *kargo.Promotion
+	err := poll(ctx, 5*time.Minute, "the prod Promotion to show web-prod's plan", func() (bool, error) {
+		promo, err := d.kargo.pipe.PromotionOf(ctx, st.Name, f.Name)
+		if err != nil || promo == nil {
+			return false, err
+		}
+		if promo.Terminal() {
+			ended = promo
+			return true, nil
+		}
+		shown, _ = promo.Status.State["promote::plan"].(map[string]any)
+		return shown != nil && shown["awaitingApproval"] == true, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if ended != nil {
+		return false, fmt.Errorf("the prod Promotion ended %s before web-prod's plan was shown: %s", ended.Status.Phase, ended.Status.Message)
+	}
+	fp, _ := shown["fingerprint"].(string)
+	summary, _ := shown["summary"].(string)
+	if len(fp) != 64 {
+		return false, fmt.Errorf("the prod Promotion shows no plan fingerprint: %v", shown)
+	}
+	d.scr.Say("prod: %s/%s awaits approval of plan %s (%s) of %s: Argo CD shows it Suspended with an approve action; Kargo's Promotion %s waits at its step approval",
+		st.StackNamespace, st.StackName, fp[:12], summary, revision.Short(f.Commits[0].ID), promoName)
+	approved := d.o.Yes
+	if !approved {
+		if approved, err = d.ask(ctx, fmt.Sprintf("Approve plan %s (%s) for prod? Argo CD's approve action applies exactly it; no rejects it. [y/N] ", fp[:12], summary)); err != nil {
+			return false, err
+		}
+	}
+	action := map[bool]string{true: "approve", false: "reject"}[approved]
+	if err := d.argo.RunActionV2(ctx, st.App, pulumiv1.GroupVersion.WithKind("Stack"), st.StackNamespace, st.StackName, action, map[string]string{"fingerprint": fp}); err != nil {
+		return false, fmt.Errorf("%s web-prod's plan through Argo CD: %w", action, err)
+	}
+	d.scr.Say("prod: ran Argo CD's %s action on %s: a PlanApproval of plan %s, created as Argo CD's own identity (%s); Argo CD's event on %s names who ran it",
+		action, st.StackName, fp[:12], argocd.ServerServiceAccount, st.App)
+	return approved, nil
 }
 
 func (d *demo) waitPullRequest(ctx context.Context) (pr struct {

@@ -48,8 +48,6 @@ func TestApproveThroughArgoCD(t *testing.T) {
 	e := startArgo(t, argocd.V3, func(o *argocd.Options) {
 		o.Accounts = map[string]string{"alice": "alice-password", "bob": "bob-password"}
 		o.RBACPolicy = approvalPolicy
-		o.ServerAsServiceAccount = true
-		o.ServerExtraRBAC = []string{substrate.RepoRoot() + "/argocd-health/install/kustomize/argocd-server-plan-approvals.yaml"}
 	})
 	cp, argo, c := e.cp, e.argo, e.c
 	ctx := context.Background()

@@ -94,6 +94,13 @@ func run(m *testing.M) int {
 	if c, err = client.New(cp.Config, client.Options{Scheme: substrate.Scheme()}); err != nil {
 		return fail("client", err)
 	}
+	// The operator's admission policy recording who approves a plan (the
+	// prod Stack requires approval; Argo CD's approve action approves it).
+	policyCtx, policyCancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer policyCancel()
+	if err := substrate.InstallPlanApprovalPolicy(policyCtx, cp.Config, c, "default"); err != nil {
+		return fail("install the plan approval policy", err)
+	}
 	if proxy, err = hostproxy.Start(); err != nil {
 		return fail("start the host proxy", err)
 	}

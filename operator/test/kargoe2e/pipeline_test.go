@@ -59,6 +59,24 @@ outputs:
 `, programProject, n, n, failOn)
 }
 
+// renamed is release n of the program with its record renamed (resource
+// page, record web-<stack>-page): a plan that creates one record and
+// deletes the other.
+func renamed(n int) string {
+	return fmt.Sprintf(`name: %s
+runtime: yaml
+description: release %d
+resources:
+  page:
+    type: stackflowtest:index:Record
+    properties:
+      name: web-${pulumi.stack}-page
+      content: release %d
+outputs:
+  content: ${page.content}
+`, programProject, n, n)
+}
+
 // pipeline is the running example: examples/kargo set up on Kargo, its
 // program repository, and the Stackflow side (operator, analysis service).
 type pipeline struct {
@@ -189,13 +207,21 @@ func TestKargoPromotesStacks(t *testing.T) {
 		})
 	}
 
-	// Each commit applied once per stage: release 1 in dev, test and prod;
-	// release 2 nowhere.
+	// Release 3 renames the record: its plan deletes one. dev and test apply
+	// it; prod's denyOn: delete fails its Promotion before anyone can
+	// approve, and prod keeps release 1.
+	r3 := p.deletingReleaseStopsBeforeProd(ctx)
+
+	// Each commit applied once per stage: release 1 in dev, test and prod,
+	// release 3 in dev and test; release 2 nowhere.
 	for _, stack := range []string{"dev", "test", "prod"} {
 		appliedOnce(t, p.pe.Backend, programProject, stack, r1)
+		if stack != "prod" {
+			appliedOnce(t, p.pe.Backend, programProject, stack, r3)
+		}
 		for _, u := range backendHistory(t, p.pe.Backend, programProject, stack) {
-			if u.Kind == "update" && u.Result == "succeeded" && u.Head == r2 {
-				t.Errorf("the broken release 2 was applied to stack %s", stack)
+			if u.Kind == "update" && u.Result == "succeeded" && (u.Head == r2 || stack == "prod" && u.Head == r3) {
+				t.Errorf("stack %s applied %.7s", stack, u.Head)
 			}
 		}
 	}
@@ -309,11 +335,12 @@ func (p *pipeline) waitPromotion(ctx context.Context, stage, freight, want strin
 
 // promoteSteps are the steps of stackflow-promote.
 var promoteSteps = []string{"fail", "git-clone", "yaml-parse", "fail", "yaml-update", "git-commit", "git-push", "argocd-update",
-	"compose-output", "http", "compose-output"}
+	"compose-output", "http", "http", "http", "compose-output"}
 
 // checkSteps checks the Promotion ran the task's steps, inflated by Kargo
 // from the Stage's task reference, each Succeeded but the checks (fail
-// steps), each Skipped.
+// steps), each Skipped, and the step approval, Skipped unless the plan
+// awaited approval.
 func (p *pipeline) checkSteps(promo *kargo.Promotion, uses ...string) {
 	p.t.Helper()
 	var got []string
@@ -324,8 +351,12 @@ func (p *pipeline) checkSteps(promo *kargo.Promotion, uses ...string) {
 		p.t.Errorf("Promotion %s ran steps %v, want %v", promo.Name, got, uses)
 		return
 	}
+	// The step approval runs only for a plan that awaited approval.
+	plan, _ := promo.Status.State["promote::plan"].(map[string]any)
+	awaited := plan != nil && plan["awaitingApproval"] == true
 	for i, m := range promo.Status.StepMeta {
-		if want := map[bool]string{true: "Skipped", false: "Succeeded"}[uses[i] == "fail"]; m.Status != want {
+		skipped := uses[i] == "fail" || m.Alias == "promote::approval" && !awaited
+		if want := map[bool]string{true: "Skipped", false: "Succeeded"}[skipped]; m.Status != want {
 			p.t.Errorf("Promotion %s step %d (%s) ended %s, want %s: %s", promo.Name, i, uses[i], m.Status, want, m.Message)
 		}
 	}
@@ -477,9 +508,21 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, f *kargo.Freight,
 	if err := p.Refresh(ctx, kargo.PromotionKind, name); err != nil {
 		t.Fatal(err)
 	}
+	// web-prod requires approval: the Promotion shows the plan (its step
+	// plan's outputs) and waits at its step approval, Argo CD shows the Stack
+	// Suspended with the same plan, and Argo CD's approve action, run
+	// through its API as the UI does, approves it.
+	fp := p.approveProdPlan(ctx, freight, commit)
 	promo := p.waitPromotion(ctx, "prod", freight, "Succeeded", 3*time.Minute)
 	p.checkSteps(promo, "fail", "git-clone", "yaml-parse", "fail", "yaml-update", "git-commit", "git-push", "git-open-pr", "git-wait-for-pr",
-		"argocd-update", "compose-output", "http", "compose-output")
+		"argocd-update", "compose-output", "http", "http", "http", "compose-output")
+	s := &pulumiv1.Stack{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: kargo.ExampleStackNamespace, Name: "web-prod"}, s); err != nil {
+		t.Fatal(err)
+	}
+	if pl := s.Status.Plan; pl == nil || pl.State != pulumiv1.PlanApplied || pl.Fingerprint != fp || pl.Approval == nil || pl.Approval.Approver != argocd.ServerServiceAccount {
+		t.Fatalf("web-prod's plan after the Promotion: %+v, want %s applied, approved by Argo CD's identity", pl, fp)
+	}
 	p.waitVerified(ctx, freight, 2*time.Minute, "prod")
 	p.stackRan(ctx, "web-prod", commit, autov1alpha1.UpType)
 	p.verifiedByRollouts(ctx, "prod", commit)
@@ -494,6 +537,121 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, f *kargo.Freight,
 	}
 	t.Logf("prod: pull request #%d merged as %.7s; Promotion %s Succeeded and verified after %s", pr.Number, merge, promo.Name, time.Since(p.start).Round(100*time.Millisecond))
 	return merged
+}
+
+// deletingReleaseStopsBeforeProd commits release 3, which renames the
+// record, and promotes it: dev and preview take it by themselves, test by a
+// person, both applying (no approval there); prod's Promotion, through its
+// merged pull request, fails with PlanDenied (denyOn: delete) while web-prod
+// awaits approval of the deleting plan: nothing is applied to prod, which
+// keeps release 1. It returns release 3's commit.
+func (p *pipeline) deletingReleaseStopsBeforeProd(ctx context.Context) string {
+	t := p.t
+	r3 := p.program.Commit(t, "Release 3: renames the record", map[string]string{"programs/web/Pulumi.yaml": renamed(3)})
+	if err := p.Refresh(ctx, kargo.WarehouseKind, kargo.ExampleWarehouse); err != nil {
+		t.Fatal(err)
+	}
+	f3 := p.waitFreight(ctx, r3, 2*time.Minute)
+	for _, st := range []string{"dev", "preview"} {
+		p.waitPromotion(ctx, st, f3.Name, "Succeeded", 4*time.Minute)
+	}
+	p.waitVerified(ctx, f3.Name, 3*time.Minute, "dev", "preview")
+	if _, err := p.Promote(ctx, "test", f3.Name); err != nil {
+		t.Fatal(err)
+	}
+	p.waitPromotion(ctx, "test", f3.Name, "Succeeded", 3*time.Minute)
+	p.waitVerified(ctx, f3.Name, 2*time.Minute, "test")
+	if _, ok := p.pe.Record(t, "web-test"); ok {
+		t.Fatal("test applied release 3 but its old record is still there")
+	}
+	name, err := p.Promote(ctx, "prod", f3.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr fakegithub.PullRequest
+	substrate.Eventually(t, 2*time.Minute, "the prod Promotion of release 3 to open a pull request", func() (bool, error) {
+		for _, x := range p.GitHub.Pulls(kargo.ManifestsOwner, kargo.ManifestsRepo) {
+			if x.Open {
+				pr = x
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if _, err := p.GitHub.Merge(ctx, kargo.ManifestsOwner, kargo.ManifestsRepo, pr.Number); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Refresh(ctx, kargo.PromotionKind, name); err != nil {
+		t.Fatal(err)
+	}
+	failed := p.waitPromotion(ctx, "prod", f3.Name, "Failed", 4*time.Minute)
+	if msg := failed.Status.Message; !strings.Contains(msg, "PlanDenied") || !strings.Contains(msg, "1 to delete, which denyOn=delete refuses; nothing of it was applied") {
+		t.Errorf("the prod Promotion of release 3 failed with %q, want PlanDenied naming the deletion", msg)
+	}
+	if _, status, _, _ := stepOf(failed, "plan"); status != "Failed" {
+		t.Errorf("the prod Promotion failed at another step than plan (plan: %q): %s", status, failed.Status.Message)
+	}
+	s := &pulumiv1.Stack{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: kargo.ExampleStackNamespace, Name: "web-prod"}, s); err != nil {
+		t.Fatal(err)
+	}
+	if pl := s.Status.Plan; pl == nil || pl.State != pulumiv1.PlanAwaitingApproval || pl.Commit != r3 || pl.Changes["delete"] != 1 {
+		t.Errorf("web-prod's plan after the denial: %+v, want release 3's deleting plan awaiting approval", pl)
+	}
+	if got, ok := p.pe.Record(t, "web-prod"); !ok || got != "release 1" {
+		t.Errorf("prod's record %q (%v) after the denied release 3, want release 1", got, ok)
+	}
+	if _, ok := p.pe.Record(t, "web-prod-page"); ok {
+		t.Error("release 3's new record exists in prod")
+	}
+	t.Logf("release 3 %.7s: applied in dev and test; prod's Promotion %s Failed before any apply: %s", r3, failed.Name, failed.Status.Message)
+	return r3
+}
+
+// approveProdPlan waits until the prod Promotion of the Freight waits for the
+// approval of web-prod's plan of commit, showing it, and Argo CD shows the
+// Stack Suspended with it; then approves it through Argo CD's API (the
+// Stack's approve action, naming the fingerprint shown) and returns the
+// fingerprint.
+func (p *pipeline) approveProdPlan(ctx context.Context, freight, commit string) string {
+	t := p.t
+	var shown map[string]any
+	substrate.Eventually(t, 3*time.Minute, "the prod Promotion waiting for the approval of web-prod's plan", func() (bool, error) {
+		promo, err := p.PromotionOf(ctx, "prod", freight)
+		if err != nil || promo == nil {
+			return false, err
+		}
+		if promo.Terminal() {
+			t.Fatalf("Promotion %s ended %s while web-prod awaits approval: %s", promo.Name, promo.Status.Phase, promo.Status.Message)
+		}
+		_, status, _, _ := stepOf(promo, "approval")
+		shown, _ = promo.Status.State["promote::plan"].(map[string]any)
+		return status == "Running" && shown != nil, fmt.Errorf("step approval %q, plan outputs %v (at %s)", status, shown, promo.CurrentStepUses())
+	})
+	fp, _ := shown["fingerprint"].(string)
+	s := &pulumiv1.Stack{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: kargo.ExampleStackNamespace, Name: "web-prod"}, s); err != nil {
+		t.Fatal(err)
+	}
+	if pl := s.Status.Plan; pl == nil || pl.Fingerprint != fp || pl.Commit != commit || shown["summary"] != pl.Summary || shown["awaitingApproval"] != true {
+		t.Fatalf("the Promotion shows the plan %v; web-prod's is %+v (want it, of %.7s)", shown, pl, commit)
+	}
+	stackGVK := pulumiv1.GroupVersion.WithKind("Stack")
+	substrate.Eventually(t, time.Minute, "Argo CD showing web-prod Suspended with the plan", func() (bool, error) {
+		h, err := argo.ResourceHealth(ctx, "kargo-demo-prod", stackGVK.GroupKind(), kargo.ExampleStackNamespace, "web-prod")
+		if err != nil || h == nil {
+			return false, err
+		}
+		return h.Status == "Suspended" && strings.Contains(h.Message, "plan "+fp[:12]), fmt.Errorf("health %+v", h)
+	})
+	if h := backendHistory(t, p.pe.Backend, programProject, "prod"); len(h) != 0 {
+		t.Fatalf("prod's backend history before the approval: %+v, want nothing applied", h)
+	}
+	if err := argo.RunActionV2(ctx, "kargo-demo-prod", stackGVK, kargo.ExampleStackNamespace, "web-prod", "approve", map[string]string{"fingerprint": fp}); err != nil {
+		t.Fatalf("approve through Argo CD: %v", err)
+	}
+	t.Logf("prod: the Promotion showed plan %s (%v); approved through Argo CD's approve action", fp[:12], shown["summary"])
+	return fp
 }
 
 // startAnalysis runs the analysis service in this process with Kubernetes

@@ -129,7 +129,8 @@ func (p *pipeline) absentStackFailsAfterTheGrace(ctx context.Context, freight st
 	if !strings.Contains(promo.Status.Message, "StackNotFound: Stack "+kargo.ExampleStackNamespace+"/"+absentStack+" does not exist") {
 		t.Errorf("Promotion %s failed with %q, want the analysis service's StackNotFound naming %s/%s", promo.Name, promo.Status.Message, kargo.ExampleStackNamespace, absentStack)
 	}
-	uses, status, _, waited := stepOf(promo, "verify")
+	// The first wait, step plan, is the one that meets the missing Stack.
+	uses, status, _, waited := stepOf(promo, "plan")
 	// The grace counts from the step before the wait, and notFoundAfter
 	// carries whole seconds; Kargo polls every 10 s (its floor), and may
 	// reconcile a little late on a loaded machine.

@@ -10,6 +10,13 @@
 // kustomize Component is built with kustomize's API, and the result applied.
 // Nothing else is configured: each version runs with its own defaults (v3:
 // annotation tracking, resource health not persisted in the Application).
+//
+// The API server runs as a real install runs it: as the ServiceAccount
+// argocd-server of the argocd namespace, with the RBAC of the version's own
+// manifests (Build.ServerRBAC) and argocd-health's (it creates the
+// PlanApprovals of the approve and reject actions); the other components
+// run as a system:masters user. A build without that RBAC (v2.14) runs the
+// API server as that user too.
 package argocd
 
 import (
@@ -198,15 +205,6 @@ type Options struct {
 	Accounts map[string]string
 	// RBACPolicy is argocd-rbac-cm's policy.csv (no default role).
 	RBACPolicy string
-	// ServerAsServiceAccount runs the API server as the ServiceAccount
-	// argocd-server of the argocd namespace, bound to the RBAC Argo CD's
-	// own manifests give it (Build.ServerRBAC) and to the manifests in
-	// ServerExtraRBAC, as a real install does; otherwise it runs as a
-	// system:masters user, as the other components do.
-	ServerAsServiceAccount bool
-	// ServerExtraRBAC are files of RBAC objects applied beside Argo CD's
-	// own (e.g. argocd-health's PlanApproval RBAC).
-	ServerExtraRBAC []string
 }
 
 // Instance is a running Argo CD.
@@ -218,8 +216,9 @@ type Instance struct {
 	RedisAddr string
 	// Kubeconfig is the file the components use.
 	Kubeconfig string
-	// ServerKubeconfig is the API server's: Kubeconfig, or the
-	// ServiceAccount argocd-server's (Options.ServerAsServiceAccount).
+	// ServerKubeconfig is the API server's: the ServiceAccount
+	// argocd-server's where the build has its RBAC (Build.ServerRBAC), else
+	// Kubeconfig.
 	ServerKubeconfig string
 
 	// token authenticates API requests (As).
@@ -262,7 +261,7 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 		return nil, err
 	}
 	in.ServerKubeconfig = in.Kubeconfig
-	if o.ServerAsServiceAccount {
+	if o.Build.ServerRBAC != "" {
 		if in.ServerKubeconfig, err = serverServiceAccount(ctx, o); err != nil {
 			return nil, err
 		}

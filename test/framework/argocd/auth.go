@@ -25,8 +25,8 @@ import (
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
-// ServerServiceAccount is the API server's identity under
-// Options.ServerAsServiceAccount, as Argo CD's own manifests run it.
+// ServerServiceAccount is the API server's identity (where the build has
+// its RBAC), as Argo CD's own manifests run it.
 const ServerServiceAccount = "system:serviceaccount:" + Namespace + ":argocd-server"
 
 // apiTimeout bounds each request to the API server.
@@ -47,12 +47,9 @@ func addAccounts(sec *corev1.Secret, accounts map[string]string) error {
 }
 
 // serverServiceAccount creates the ServiceAccount argocd-server with the
-// RBAC of the build's install manifests and o.ServerExtraRBAC, and writes a
+// RBAC of the build's install manifests and argocd-health's, and writes a
 // kubeconfig authenticating as it (a bound token of 24 h).
 func serverServiceAccount(ctx context.Context, o Options) (string, error) {
-	if o.Build.ServerRBAC == "" {
-		return "", fmt.Errorf("the Argo CD %s build holds no server-rbac/ (built before the substrate kept it): run `./hack/substrate.sh argocd3`", o.Build.Version)
-	}
 	c := o.Client
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "argocd-server", Namespace: Namespace}}
 	if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -62,7 +59,8 @@ func serverServiceAccount(ctx context.Context, o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, f := range append(files, o.ServerExtraRBAC...) {
+	files = append(files, filepath.Join(o.RepoRoot, "argocd-health", "install", "kustomize", "argocd-server-plan-approvals.yaml"))
+	for _, f := range files {
 		if err := applyFile(ctx, o, f); err != nil {
 			return "", err
 		}
