@@ -207,20 +207,21 @@ func TestKargoPromotesStacks(t *testing.T) {
 		})
 	}
 
-	// Release 3 renames the record: its plan deletes one. dev and test apply
-	// it; prod's denyOn: delete fails its Promotion before anyone can
-	// approve, and prod keeps release 1.
+	// Release 3 renames the record: its plan deletes one. dev applies it,
+	// preview's verification stops it; approved for prod by hand, prod's
+	// denyOn: delete fails its Promotion before anyone can approve, and prod
+	// keeps release 1.
 	r3 := p.deletingReleaseStopsBeforeProd(ctx)
 
 	// Each commit applied once per stage: release 1 in dev, test and prod,
-	// release 3 in dev and test; release 2 nowhere.
+	// release 3 in dev; release 2 nowhere.
 	for _, stack := range []string{"dev", "test", "prod"} {
 		appliedOnce(t, p.pe.Backend, programProject, stack, r1)
-		if stack != "prod" {
+		if stack == "dev" {
 			appliedOnce(t, p.pe.Backend, programProject, stack, r3)
 		}
 		for _, u := range backendHistory(t, p.pe.Backend, programProject, stack) {
-			if u.Kind == "update" && u.Result == "succeeded" && (u.Head == r2 || stack == "prod" && u.Head == r3) {
+			if u.Kind == "update" && u.Result == "succeeded" && (u.Head == r2 || stack != "dev" && u.Head == r3) {
 				t.Errorf("stack %s applied %.7s", stack, u.Head)
 			}
 		}
@@ -498,6 +499,10 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, f *kargo.Freight,
 	if err := c.Get(ctx, types.NamespacedName{Namespace: kargo.ExampleStackNamespace, Name: "web-prod"}, &pulumiv1.Stack{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("Stack web-prod exists before the pull request is merged (err %v)", err)
 	}
+	// The pull request carries the preview of web-prod at the Freight's
+	// commit: Stackflow's GitHub Action, run on it in manifests mode (the
+	// first deploy: it creates the record).
+	p.previewPullRequest(ctx, pr, 1)
 	merge, err := p.GitHub.Merge(ctx, kargo.ManifestsOwner, kargo.ManifestsRepo, pr.Number)
 	if err != nil {
 		t.Fatal(err)
@@ -540,11 +545,13 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, f *kargo.Freight,
 }
 
 // deletingReleaseStopsBeforeProd commits release 3, which renames the
-// record, and promotes it: dev and preview take it by themselves, test by a
-// person, both applying (no approval there); prod's Promotion, through its
-// merged pull request, fails with PlanDenied (denyOn: delete) while web-prod
-// awaits approval of the deleting plan: nothing is applied to prod, which
-// keeps release 1. It returns release 3's commit.
+// record. dev takes and applies it by itself; preview previews it against
+// prod, and its verification (deletes-nothing) fails, so the pipeline does
+// not offer it to test. Approved for prod by hand, as Kargo's hotfix path
+// (`kargo approve`) does, its prod Promotion, through its merged pull
+// request, fails with PlanDenied (denyOn: delete) while web-prod awaits
+// approval of the deleting plan: nothing is applied to prod, which keeps
+// release 1. It returns release 3's commit.
 func (p *pipeline) deletingReleaseStopsBeforeProd(ctx context.Context) string {
 	t := p.t
 	r3 := p.program.Commit(t, "Release 3: renames the record", map[string]string{"programs/web/Pulumi.yaml": renamed(3)})
@@ -555,14 +562,20 @@ func (p *pipeline) deletingReleaseStopsBeforeProd(ctx context.Context) string {
 	for _, st := range []string{"dev", "preview"} {
 		p.waitPromotion(ctx, st, f3.Name, "Succeeded", 4*time.Minute)
 	}
-	p.waitVerified(ctx, f3.Name, 3*time.Minute, "dev", "preview")
-	if _, err := p.Promote(ctx, "test", f3.Name); err != nil {
-		t.Fatal(err)
+	p.waitVerified(ctx, f3.Name, 3*time.Minute, "dev")
+	if _, ok := p.pe.Record(t, "web-dev"); ok {
+		t.Fatal("dev applied release 3 but its old record is still there")
 	}
-	p.waitPromotion(ctx, "test", f3.Name, "Succeeded", 3*time.Minute)
-	p.waitVerified(ctx, f3.Name, 2*time.Minute, "test")
-	if _, ok := p.pe.Record(t, "web-test"); ok {
-		t.Fatal("test applied release 3 but its old record is still there")
+	substrate.Eventually(t, 3*time.Minute, "preview's verification of release 3 failing on deletes-nothing", func() (bool, error) {
+		st, err := p.Stage(ctx, "preview")
+		if err != nil {
+			return false, err
+		}
+		v := st.LastVerification()
+		return v != nil && v.Phase == "Failed" && strings.Contains(v.Message, "deletes-nothing"), fmt.Errorf("verification %+v", v)
+	})
+	if err := p.ApproveFor(ctx, f3.Name, "prod"); err != nil {
+		t.Fatal(err)
 	}
 	name, err := p.Promote(ctx, "prod", f3.Name)
 	if err != nil {
@@ -604,7 +617,7 @@ func (p *pipeline) deletingReleaseStopsBeforeProd(ctx context.Context) string {
 	if _, ok := p.pe.Record(t, "web-prod-page"); ok {
 		t.Error("release 3's new record exists in prod")
 	}
-	t.Logf("release 3 %.7s: applied in dev and test; prod's Promotion %s Failed before any apply: %s", r3, failed.Name, failed.Status.Message)
+	t.Logf("release 3 %.7s: applied in dev, stopped by preview's deletes-nothing verification; approved for prod by hand, prod's Promotion %s Failed before any apply: %s", r3, failed.Name, failed.Status.Message)
 	return r3
 }
 

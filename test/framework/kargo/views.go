@@ -277,13 +277,33 @@ func (p *Pipeline) Stage(ctx context.Context, name string) (*Stage, error) {
 func (p *Pipeline) Promote(ctx context.Context, stage, freight string) (string, error) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Promotion",
-		"metadata": map[string]any{"namespace": p.Namespace, "name": stage + "-by-user"},
+		"metadata": map[string]any{"namespace": p.Namespace, "name": stage + "-by-user-" + short(freight)},
 		"spec":     map[string]any{"stage": stage, "freight": freight},
 	}}
 	if err := p.c.Create(ctx, u); err != nil {
 		return "", err
 	}
 	return u.GetName(), nil
+}
+
+func short(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return s
+}
+
+// ApproveFor makes the Freight available to the Stage whatever its
+// verification upstream, as `kargo approve --freight <f> --stage <s>` (a
+// hotfix path) does: Kargo's API server records it in the Freight's
+// status.approvedFor.
+func (p *Pipeline) ApproveFor(ctx context.Context, freight, stage string) error {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(FreightKind)
+	u.SetNamespace(p.Namespace)
+	u.SetName(freight)
+	patch := fmt.Sprintf(`{"status":{"approvedFor":{%q:{"approvedAt":%q}}}}`, stage, time.Now().UTC().Format(time.RFC3339))
+	return p.c.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, []byte(patch)))
 }
 
 // Refresh asks Kargo to reconcile an object of the project now, as its CLI
