@@ -501,8 +501,8 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, f *kargo.Freight,
 	}
 	// The pull request carries the preview of web-prod at the Freight's
 	// commit: Stackflow's GitHub Action, run on it in manifests mode (the
-	// first deploy: it creates the record).
-	p.previewPullRequest(ctx, pr, 1)
+	// first deploy: it creates the stack and the record).
+	p.previewPullRequest(ctx, pr, 2)
 	merge, err := p.GitHub.Merge(ctx, kargo.ManifestsOwner, kargo.ManifestsRepo, pr.Number)
 	if err != nil {
 		t.Fatal(err)

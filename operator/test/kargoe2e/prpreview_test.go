@@ -19,11 +19,12 @@ import (
 // previewPullRequest runs Stackflow's GitHub Action in manifests mode on the
 // pull request Kargo's stackflow-promote-pr opened, as a workflow `on:
 // pull_request` of the manifests repository runs it (actions/checkout of
-// the head, the workflow's token): the Action previews web-prod at the
-// Freight's commit, against prod's stack in the backend, and comments the
-// preview on the pull request, with a commit status on its head, before
-// the reviewer merges. It checks the section of web-prod says what the
-// Freight changes: created, the first time (creates records, given).
+// the head, the workflow's token, GitHub Enterprise Server's API as Kargo
+// reaches it): the Action previews web-prod at the Freight's commit,
+// against prod's stack in the backend, and comments the preview on the pull
+// request, with a commit status on its head, before the reviewer merges. It
+// checks that web-prod's section says what the Freight changes: it creates
+// creates resources.
 func (p *pipeline) previewPullRequest(ctx context.Context, pr fakegithub.PullRequest, creates int) {
 	t := p.t
 	ws := filepath.Join(t.TempDir(), "manifests")
@@ -41,7 +42,7 @@ func (p *pipeline) previewPullRequest(ctx context.Context, pr fakegithub.PullReq
 	dir := t.TempDir()
 	repo := kargo.ManifestsOwner + "/" + kargo.ManifestsRepo
 	c := inputs.Config{Mode: inputs.ModeManifests, ManifestsDir: "prod", GitHubToken: githubToken, GitToken: githubToken,
-		Comment: inputs.CommentAlways, StatusChecks: true, Parallel: 1, Repository: repo, APIURL: p.GitHub.BaseURL(),
+		Comment: inputs.CommentAlways, StatusChecks: true, Parallel: 1, Repository: repo, APIURL: p.GitHub.EnterpriseURL(),
 		ServerURL: "https://" + kargo.GitHubHost, RunID: "1", Workspace: ws, StepSummaryFile: filepath.Join(dir, "summary.md"),
 		OutputFile: filepath.Join(dir, "output"), PR: pr.Number, HeadSHA: pr.HeadSHA, BaseSHA: base, NotPreviewed: "failure",
 		GitTimeout: time.Minute, PreviewTimeout: 5 * time.Minute, Workflow: repo + "/.github/workflows/preview-promotion.yml",
