@@ -133,7 +133,7 @@ func checkKargoDemo(t *testing.T, ctx context.Context, dir string, sum *Summary,
 	// prod requires approval: the demo shows the plan and (--yes) approves
 	// it through Argo CD's approve action.
 	for _, want := range []string{"Kargo v1.11.2 runs", "the Warehouse found", "opened pull request #1", "kargo-demo-stacks/web-prod awaits approval of plan ",
-		"(+1 ~0 -0)", "ran Argo CD's approve action on web-prod", "release 3 stopped at dev", "not available to this Stage", "Summary", "KUBECONFIG=" + sum.Kubeconfig} {
+		"ran Argo CD's approve action on web-prod", "release 3 stopped at dev", "not available to this Stage", "Summary", "KUBECONFIG=" + sum.Kubeconfig} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
