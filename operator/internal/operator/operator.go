@@ -14,15 +14,18 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
@@ -199,6 +202,9 @@ func (o *Operator) Close() { o.Agents.Close() }
 // reconcilers run on the leader only, the artifact server on every replica.
 // Close the result when the manager stops.
 func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
+	if err := requireKinds(mgr.GetRESTMapper()); err != nil {
+		return nil, err
+	}
 	c := newUncachedSecrets(mgr.GetClient(), mgr.GetAPIReader())
 	var rt workspace.Runtime
 	switch opts.Runtime {
@@ -278,6 +284,35 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 }
 
 // agentSettings are the operator's settings every agent gets as flags.
+// servedKinds are the kinds the operator watches, each of a CRD of this
+// release (operator/config/crd, the chart's crds/).
+var servedKinds = []schema.GroupVersionKind{
+	pulumiv1.GroupVersion.WithKind("Stack"), pulumiv1.GroupVersion.WithKind("Program"),
+	autov1alpha1.GroupVersion.WithKind("Workspace"), autov1alpha1.GroupVersion.WithKind("Update"),
+	stackflowv1alpha1.GroupVersion.WithKind("PlanApproval"),
+}
+
+// requireKinds refuses to start when the API server serves one of
+// servedKinds at no version the operator reads: the watch would never
+// sync, and the operator would wait without saying why. Helm installs a
+// chart's crds/ only on first install, so an upgrade that adds a kind
+// (PlanApproval) needs its CRDs applied first (the chart's README).
+func requireKinds(m meta.RESTMapper) error {
+	var missing []string
+	for _, gvk := range servedKinds {
+		if _, err := m.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			if !meta.IsNoMatchError(err) {
+				return fmt.Errorf("look up the API of %s: %w", gvk.Kind, err)
+			}
+			missing = append(missing, gvk.Kind+" ("+gvk.GroupVersion().String()+")")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the API server does not serve %s: apply this release's CRDs before starting the operator (kubectl apply --server-side -k operator/config/crd, or the chart's crds/ directory: Helm installs CRDs on the first install only)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
 func agentSettings(opts Options) pod.AgentSettings {
 	return pod.AgentSettings{PrepareTimeout: opts.WorkspacePrepareTimeout, GitLimits: opts.AgentGitLimits, GitHubAPIHosts: opts.GitHubAPIHosts}
 }

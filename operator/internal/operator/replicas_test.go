@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
@@ -250,4 +251,29 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// TestRefusesToStartWithoutItsCRDs: on an API server that serves the PKO
+// kinds but not PlanApproval (an upgrade whose CRDs were not applied), Setup
+// fails at once naming the missing kind and how to install it, instead of
+// waiting for a watch that never syncs.
+func TestRefusesToStartWithoutItsCRDs(t *testing.T) {
+	substrate.MustLocate(t)
+	var pko []string
+	for _, f := range []string{"pulumi.com_stacks.yaml", "pulumi.com_programs.yaml", "auto.pulumi.com_workspaces.yaml", "auto.pulumi.com_updates.yaml"} {
+		pko = append(pko, filepath.Join(substrate.CRDDir(), f))
+	}
+	cp, err := substrate.StartControlPlaneEnv(&envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: pko, ErrorIfPathMissing: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = operator.Setup(mgr, operator.Options{Runtime: operator.RuntimeLocal, LocalRoot: t.TempDir(), AgentBinary: "/nonexistent"})
+	if err == nil || !strings.Contains(err.Error(), "the API server does not serve PlanApproval (stackflow.io/v1alpha1): apply this release's CRDs") {
+		t.Fatalf("Setup without the PlanApproval CRD: %v", err)
+	}
 }
