@@ -16,7 +16,6 @@ import (
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	stackflowv1alpha1 "github.com/stackflow-io/stackflow/operator/api/stackflow/v1alpha1"
 	"github.com/stackflow-io/stackflow/test/framework/argocd"
-	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -58,13 +57,10 @@ func TestApproveThroughArgoCD(t *testing.T) {
 	pe := substrate.NewPulumi(t)
 	startOperator(t, cp, ns, pe)
 
-	served := t.TempDir()
-	srv := gitrepo.NewHTTPServer(t, served)
-	srv.Start(t)
-	prog := gitrepo.NewIn(t, served, "program")
+	r := serveRepos(t)
+	prog := r.prog
 	sha := prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": program("v1", "")})
-	mf := gitrepo.NewIn(t, served, "manifests")
-	mf.Commit(t, "app", map[string]string{"app/stack.yaml": fmt.Sprintf(`apiVersion: pulumi.com/v1
+	r.manifests.Commit(t, "app", map[string]string{"app/stack.yaml": fmt.Sprintf(`apiVersion: pulumi.com/v1
 kind: Stack
 metadata:
   name: web
@@ -76,7 +72,7 @@ spec:
   approval:
     required: true
 `, ns, ns, prog.URL())})
-	app := application("approve-"+ns, ns, mf.HTTPURL(srv))
+	app := application("approve-"+ns, ns, r.manifestsURL())
 	if err := c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}

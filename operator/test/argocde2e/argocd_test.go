@@ -79,6 +79,24 @@ data:
 	}
 }
 
+// repos are a test's program and manifests repositories, served over
+// smart HTTP on loopback (Argo CD reads the manifests that way).
+type repos struct {
+	srv             *gitrepo.HTTPServer
+	prog, manifests *gitrepo.Repo
+}
+
+func serveRepos(t *testing.T) repos {
+	t.Helper()
+	served := t.TempDir()
+	srv := gitrepo.NewHTTPServer(t, served)
+	srv.Start(t)
+	return repos{srv: srv, prog: gitrepo.NewIn(t, served, "program"), manifests: gitrepo.NewIn(t, served, "manifests")}
+}
+
+// manifestsURL is the manifests repository's URL for Argo CD.
+func (r repos) manifestsURL() string { return r.manifests.HTTPURL(r.srv) }
+
 // application syncs path app of repoURL into ns, automatically, with
 // server-side apply. Its resources finalizer deletes the resources with the
 // Application, with background propagation: the plain finalizer
@@ -143,15 +161,12 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 	pe := substrate.NewPulumi(t)
 	startOperator(t, cp, ns, pe)
 
-	served := t.TempDir()
-	srv := gitrepo.NewHTTPServer(t, served)
-	srv.Start(t)
-	prog := gitrepo.NewIn(t, served, "program")
-	sha1 := prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": program("v1", "")})
-	mf := gitrepo.NewIn(t, served, "manifests")
-	mf.Commit(t, "app", manifests(ns, prog.URL()))
+	r := serveRepos(t)
+	sha1 := r.prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": program("v1", "")})
+	r.manifests.Commit(t, "app", manifests(ns, r.prog.URL()))
+	prog := r.prog
 
-	app := application("follows-"+ns, ns, mf.HTTPURL(srv))
+	app := application("follows-"+ns, ns, r.manifestsURL())
 	if err := c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -541,20 +540,9 @@ func installSettings(ctx context.Context, o Options) error {
 func (in *Instance) RunAction(ctx context.Context, app string, gvk schema.GroupVersionKind, namespace, name, action string) error {
 	q := fmt.Sprintf("namespace=%s&resourceName=%s&group=%s&version=%s&kind=%s&appNamespace=%s",
 		namespace, name, gvk.Group, gvk.Version, gvk.Kind, Namespace)
-	url := fmt.Sprintf("%s/api/v1/applications/%s/resource/actions?%s", in.APIURL, app, q)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(strconv.Quote(action)))
+	err := in.call(ctx, http.MethodPost, fmt.Sprintf("/api/v1/applications/%s/resource/actions?%s", app, q), []byte(strconv.Quote(action)), nil)
 	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := in.do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("run action %s on %s %s/%s of Application %s: HTTP %d: %s", action, gvk.Kind, namespace, name, app, resp.StatusCode, body)
+		return fmt.Errorf("run action %s on %s %s/%s of Application %s: %w", action, gvk.Kind, namespace, name, app, err)
 	}
 	return nil
 }
@@ -571,23 +559,6 @@ type Health struct {
 // (controller.resource.health.persist is false by default). It returns nil
 // when the tree has no health for the resource (yet).
 func (in *Instance) ResourceHealth(ctx context.Context, app string, gk schema.GroupKind, namespace, name string) (*Health, error) {
-	url := fmt.Sprintf("%s/api/v1/applications/%s/resource-tree?appNamespace=%s", in.APIURL, app, Namespace)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := in.do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("resource tree of Application %s: HTTP %d: %s", app, resp.StatusCode, tailBytes(body, 1000))
-	}
 	var tree struct {
 		Nodes []struct {
 			Group     string  `json:"group"`
@@ -597,7 +568,7 @@ func (in *Instance) ResourceHealth(ctx context.Context, app string, gk schema.Gr
 			Health    *Health `json:"health"`
 		} `json:"nodes"`
 	}
-	if err := json.Unmarshal(body, &tree); err != nil {
+	if err := in.call(ctx, http.MethodGet, fmt.Sprintf("/api/v1/applications/%s/resource-tree?appNamespace=%s", app, Namespace), nil, &tree); err != nil {
 		return nil, fmt.Errorf("resource tree of Application %s: %w", app, err)
 	}
 	for _, n := range tree.Nodes {
