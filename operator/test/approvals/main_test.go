@@ -3,7 +3,6 @@ package approvals
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -33,10 +32,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(bin)
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "agent"), "./operator/cmd/agent")
-	build.Dir = substrate.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
+	if err := substrate.GoBuild(filepath.Join(bin, "agent"), "./operator/cmd/agent"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
