@@ -40,6 +40,29 @@ type Query struct {
 	DenyOn []string
 }
 
+// ParseDenyOn reads a denyOn list: comma-separated operations among create,
+// update, delete and replace, without repeats; "" and "none" (the value of
+// a caller that cannot leave a parameter out: Kargo's http step) deny
+// nothing.
+func ParseDenyOn(d string) ([]string, error) {
+	if d == "" || d == "none" {
+		return nil, nil
+	}
+	var ops []string
+	seen := map[string]bool{}
+	for _, op := range strings.Split(d, ",") {
+		op = strings.TrimSpace(op)
+		if !denyOnOps[op] {
+			return nil, queryErrorf("denyOn %q names %q: use a comma-separated list of create, update, delete (which includes replace) and replace", cut(d, 64), cut(op, 32))
+		}
+		if !seen[op] {
+			seen[op] = true
+			ops = append(ops, op)
+		}
+	}
+	return ops, nil
+}
+
 // denyOnOps are the operations denyOn may name.
 var denyOnOps = map[string]bool{"create": true, "update": true, "delete": true, "replace": true}
 
@@ -102,20 +125,8 @@ func ParseQuery(v url.Values) (Query, error) {
 	if q.NotFoundAfter, err = instant(v, "notFoundAfter"); err != nil {
 		return Query{}, err
 	}
-	// "none" is the value of a caller that cannot leave a parameter out
-	// (Kargo's http step: a query parameter's value must not be empty).
-	if d := v.Get("denyOn"); d != "" && d != "none" {
-		seen := map[string]bool{}
-		for _, op := range strings.Split(d, ",") {
-			op = strings.TrimSpace(op)
-			if !denyOnOps[op] {
-				return Query{}, queryErrorf("denyOn %q names %q: use a comma-separated list of create, update, delete (which includes replace) and replace", cut(d, 64), cut(op, 32))
-			}
-			if !seen[op] {
-				seen[op] = true
-				q.DenyOn = append(q.DenyOn, op)
-			}
-		}
+	if q.DenyOn, err = ParseDenyOn(v.Get("denyOn")); err != nil {
+		return Query{}, err
 	}
 	return q, nil
 }

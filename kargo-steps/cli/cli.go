@@ -151,9 +151,9 @@ func parse(fs *flag.FlagSet, args []string) (bool, int) {
 }
 
 func wait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("wait", "wait --url ANALYSIS_URL --namespace NS --stack NAME --commit SHA [--operation up|preview] [--timeout D] [--stack-not-found-grace D] [--token-file F]", stderr)
+	fs := newFlags("wait", "wait --url ANALYSIS_URL --namespace NS --stack NAME --commit SHA [--operation up|preview] [--timeout D] [--stack-not-found-grace D] [--deny-on OPS] [--token-file F]", stderr)
 	var o waiter.Options
-	var op string
+	var op, denyOn string
 	var grace time.Duration
 	fs.StringVar(&o.URL, "url", "", "base URL of the analysis service, e.g. http://stackflow-analysis.stackflow-system.svc:8080 (required)")
 	fs.StringVar(&o.Namespace, "namespace", "", "namespace of the Stack (required)")
@@ -162,12 +162,18 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&op, "operation", "up", "up (the commit applied) or preview (the commit previewed)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait before giving up (exit 1)")
 	fs.DurationVar(&grace, "stack-not-found-grace", DefaultStackNotFoundGrace, "how long, from the start of the wait, the Stack may not exist (Argo CD has not synced it yet); after it the service answers Failed (StackNotFound) and the wait exits 1, naming the Stack: a mistyped --stack or --namespace fails in minutes, not at --timeout. 0: the Stack must exist at once")
+	fs.StringVar(&denyOn, "deny-on", "", "for a Stack that requires approval (spec.approval.required): planned operations, comma-separated among create, update, delete (which includes replace) and replace, that end the wait Failed (PlanDenied) while the plan awaits approval, before anything is applied; a Stack that does not require approval then fails at once (ApprovalNotRequired)")
 	fs.StringVar(&o.TokenFile, "token-file", "", "file holding the bearer token sent to the service, read before each request: a ServiceAccount token for the audience stackflow-analysis (default: the token in $"+TokenEnv+" when set, else "+DefaultTokenFile+", a projected token volume, when it exists, else none). The pod's own token ("+PodTokenFile+") is never sent")
 	if ok, code := parse(fs, args); !ok {
 		return code
 	}
 	if grace < 0 {
 		fmt.Fprintln(stderr, "error: --stack-not-found-grace must not be negative")
+		return ExitUsage
+	}
+	var err error
+	if o.DenyOn, err = verification.ParseDenyOn(denyOn); err != nil {
+		fmt.Fprintln(stderr, "error: --deny-on:", err)
 		return ExitUsage
 	}
 	// Counted from now, the start of the wait, and sent with every request:

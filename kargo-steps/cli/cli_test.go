@@ -194,3 +194,12 @@ func TestWaitSendsTheEnvironmentToken(t *testing.T) {
 		t.Fatalf("without a token: exit %d, Authorization %q: %s", code, got, stderr)
 	}
 }
+
+// TestWaitDenyOnFlag: --deny-on takes the analysis service's operations
+// and refuses anything else before any request.
+func TestWaitDenyOnFlag(t *testing.T) {
+	code, _, stderr := runCLI(t, "wait", "--url", "http://127.0.0.1:1", "--namespace", "dev", "--stack", "web", "--commit", sha, "--deny-on", "destroy")
+	if code != ExitUsage || !strings.Contains(stderr, `--deny-on: denyOn "destroy" names "destroy": use a comma-separated list of create, update, delete`) {
+		t.Fatalf("--deny-on destroy: exit %d: %s", code, stderr)
+	}
+}

@@ -31,6 +31,10 @@ type Options struct {
 	// start of its wait plus its grace. Zero: a missing Stack is waited for
 	// until Timeout.
 	NotFoundAfter time.Time
+	// DenyOn, when set, is sent with every request (denyOn): for a Stack
+	// that requires approval, a plan of the commit with one of these
+	// operations ends the wait Failed (PlanDenied) before anyone approves.
+	DenyOn []string
 	// TokenFile holds the bearer token, read before every request (a
 	// projected ServiceAccount token rotates).
 	TokenFile string
@@ -191,6 +195,9 @@ func (o Options) ask(ctx context.Context, poll time.Duration) (verification.Resu
 	q := url.Values{"commit": {strings.ToLower(o.Commit)}, "operation": {string(o.Operation)}, "wait": {poll.Round(time.Second).String()}}
 	if !o.NotFoundAfter.IsZero() {
 		q.Set("notFoundAfter", o.NotFoundAfter.UTC().Format(time.RFC3339))
+	}
+	if len(o.DenyOn) > 0 {
+		q.Set("denyOn", strings.Join(o.DenyOn, ","))
 	}
 	u := strings.TrimSuffix(o.URL, "/") + "/v1/namespaces/" + url.PathEscape(o.Namespace) + "/stacks/" + url.PathEscape(o.Stack) + "/verification?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)

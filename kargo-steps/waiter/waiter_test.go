@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/stackflow-io/stackflow/analysis/server"
@@ -208,5 +209,42 @@ func TestLongPoll(t *testing.T) {
 		if got := o.longPoll(tt.ctx, now); got != tt.want {
 			t.Errorf("%s: long poll %s, want %s", tt.name, got, tt.want)
 		}
+	}
+}
+
+// gatedStack serves one Stack, dev/web, that requires approval and whose
+// plan of commit 3f2a9c1 deletes a resource and awaits approval.
+type gatedStack struct{ noStacks }
+
+func (gatedStack) Stack(_ context.Context, key types.NamespacedName) (*pulumiv1.Stack, error) {
+	if key.Namespace != "dev" || key.Name != "web" {
+		return nil, nil
+	}
+	const sha = "3f2a9c1e0b4d5a6f7e8d9c0b1a2f3e4d5c6b7a89"
+	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: "dev", Name: "web", Generation: 2},
+		Spec: pulumiv1.StackSpec{GitSource: &pulumiv1.GitSource{Commit: sha}, Approval: &pulumiv1.ApprovalPolicy{Required: true}}}
+	s.Status.ObservedGeneration = 2
+	s.Status.Plan = &pulumiv1.StackPlan{Fingerprint: strings.Repeat("ab", 32), State: pulumiv1.PlanAwaitingApproval, Summary: "+0 ~0 -1",
+		Changes: map[string]int64{"delete": 1}, Commit: sha, Generation: 2, ExpiresAt: metav1.NewTime(time.Now().Add(time.Hour))}
+	return s, nil
+}
+
+// TestWaitDeniesAPlan: with DenyOn, a wait on a Stack whose plan deletes
+// ends at once Failed (PlanDenied), while without it the same wait keeps
+// waiting for the approval (Pending) until its timeout.
+func TestWaitDeniesAPlan(t *testing.T) {
+	srv := httptest.NewServer(server.New(server.Options{Stacks: gatedStack{}, Guard: allowAll{}}))
+	defer srv.Close()
+	o := options(srv.URL)
+	o.Commit = "3f2a9c1e0b4d5a6f7e8d9c0b1a2f3e4d5c6b7a89"
+	o.Poll, o.Timeout = time.Second, 3*time.Second
+	out, err := Wait(context.Background(), o)
+	if err != nil || out.Succeeded || out.Reason != "Timeout" || out.Result.Reason != verification.ReasonAwaitingApproval {
+		t.Fatalf("without denyOn: %+v, %v; want a timeout while awaiting approval", out, err)
+	}
+	o.DenyOn = []string{"delete"}
+	out, err = Wait(context.Background(), o)
+	if err != nil || out.Succeeded || out.Reason != verification.ReasonPlanDenied || !strings.Contains(out.Message, "1 to delete, which denyOn=delete refuses") {
+		t.Fatalf("with denyOn delete: %+v, %v; want PlanDenied", out, err)
 	}
 }
