@@ -98,8 +98,9 @@ type stackScope struct {
 	gate *stack.GateDecision
 }
 
-// Reconcile converges one Stack: record the update that finished, resolve
-// the source and inputs, derive the Workspace, decide, then wait for
+// Reconcile converges one Stack: record the update that finished and export
+// its outputs, resolve the source and inputs, derive the Workspace, refuse a
+// dependency cycle, decide, then wait for
 // prerequisites and the workspace and start an update. Every fact a decision
 // needs is in the Stack's status, written once by the finisher, which then
 // releases the Updates whose results the stored status records.
@@ -110,8 +111,8 @@ func (r *StackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	base, sc := s.DeepCopy(), &stackScope{stack: s}
 	steps := []step[*stackScope]{
-		r.reconcileFinalizer, r.reconcileCurrentUpdate, r.reconcileSource, r.reconcileInputs, r.reconcileWorkspaceSpec,
-		r.reconcileDecision, r.reconcileApproval, r.reconcilePrerequisites, r.reconcileWorkspace, r.reconcileStart,
+		r.reconcileFinalizer, r.reconcileCurrentUpdate, r.reconcileExports, r.reconcileSource, r.reconcileInputs, r.reconcileWorkspaceSpec,
+		r.reconcileDependencies, r.reconcileDecision, r.reconcileApproval, r.reconcilePrerequisites, r.reconcileWorkspace, r.reconcileStart,
 	}
 	if !s.DeletionTimestamp.IsZero() {
 		steps = []step[*stackScope]{r.reconcileDelete}
@@ -171,6 +172,12 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, sc *stackScope)
 		if err := r.reclaimWorkspace(ctx, s); err != nil {
 			return err
 		}
+		if stack.ExportFailed(s) {
+			// Up to date, but what reads its exports reads an older
+			// update's values: the user must act (or the next update
+			// exports again).
+			return &stallingError{reason: pulumiv1.StalledExportFailedReason, msg: s.Status.Exports.Message, requeue: secretPoll(s, d.RequeueAfter, r.SecretPollInterval)}
+		}
 		return upToDate(secretPoll(s, d.RequeueAfter, r.SecretPollInterval))
 	case stack.Stall:
 		return &stallingError{reason: d.Condition, msg: d.Reason, requeue: d.RequeueAfter}
@@ -207,7 +214,9 @@ func (r *StackReconciler) reconcilePrerequisites(ctx context.Context, sc *stackS
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		pr := stack.Prerequisite{Name: p.Name, Found: err == nil, LastUpdate: other.Status.LastUpdate}
+		pr := stack.Prerequisite{Name: p.Name, Found: err == nil, LastUpdate: other.Status.LastUpdate,
+			Exports: other.Spec.Exports != nil, ExportsCurrent: stack.ExportsCurrent(&other),
+			Updating: other.Status.CurrentUpdate != nil && other.Status.CurrentUpdate.Purpose != pulumiv1.UpdatePurposeDriftCheck}
 		if p.Requirement != nil && p.Requirement.SucceededWithinDuration != nil {
 			pr.Within = p.Requirement.SucceededWithinDuration.Duration
 		}

@@ -72,7 +72,7 @@ var stackConditions = kstatusConditions{
 var stackStatus = spelling[*pulumiv1.Stack]{
 	ready: func(s *pulumiv1.Stack, _ string) { markStackReady(s) },
 	waiting: func(s *pulumiv1.Stack, reason, msg string) {
-		if !s.DeletionTimestamp.IsZero() && !runningBeforeDestroy(s) && reason != pulumiv1.EventReasonDestroySkipped {
+		if !s.DeletionTimestamp.IsZero() && !runningBeforeDestroy(s) && reason != pulumiv1.EventReasonDestroySkipped && reason != pulumiv1.ReconcilingDependentsExistReason {
 			reason = pulumiv1.ReconcilingDeletingReason
 		}
 		stackConditions.markReconciling(s, reason, msg)
@@ -136,6 +136,7 @@ func reportStack(rec record.EventRecorder, before, after *pulumiv1.Stack) {
 	}
 	reportDriftCheck(rec, before, after)
 	reportPlan(rec, before, after)
+	reportExports(rec, before, after)
 	b := readyKey(before)
 	a := readyKey(after)
 	if a == b || a == "" {

@@ -19,7 +19,8 @@ import (
 )
 
 // reconcileDelete destroys the stack's resources when destroyOnFinalize asks
-// (never for a preview-mode Stack), then releases the Stack's Updates,
+// (never for a preview-mode Stack; after the Stacks depending on it are
+// gone), then releases the Stack's Updates,
 // removes its Workspace and the finalizer. Prerequisites never block it.
 func (r *StackReconciler) reconcileDelete(ctx context.Context, sc *stackScope) error {
 	s := sc.stack
@@ -39,8 +40,11 @@ func (r *StackReconciler) reconcileDelete(ctx context.Context, sc *stackScope) e
 			return &waitingError{reason: pulumiv1.EventReasonDestroySkipped, msg: destroySkippedMessage(s), requeue: time.Millisecond}
 		}
 	case s.Spec.DestroyOnFinalize && (s.Status.LastUpdate != nil || s.Status.CurrentUpdate != nil):
-		// An update in flight (even the first) may be creating resources:
-		// wait for it, then destroy.
+		// Dependents are destroyed first. An update in flight (even the
+		// first) may be creating resources: wait for it, then destroy.
+		if err := r.awaitDependentsOnce(ctx, sc); err != nil {
+			return err
+		}
 		if err := r.reconcileDestroy(ctx, sc); err != nil {
 			return err
 		}
@@ -58,6 +62,20 @@ func (r *StackReconciler) reconcileDelete(ctx context.Context, sc *stackScope) e
 	}
 	// Gone: no status to write.
 	return errGone
+}
+
+// awaitDependentsOnce waits for the Stack's dependents before its destroy
+// starts; once it has started (an update of purpose destroy in flight or
+// done), a dependent created meanwhile does not stop it.
+func (r *StackReconciler) awaitDependentsOnce(ctx context.Context, sc *stackScope) error {
+	s := sc.stack
+	if cu := s.Status.CurrentUpdate; cu != nil && cu.Purpose == pulumiv1.UpdatePurposeDestroy {
+		return nil
+	}
+	if lu := s.Status.LastUpdate; lu != nil && lu.Type == autov1alpha1.DestroyType {
+		return nil
+	}
+	return r.awaitDependents(ctx, s)
 }
 
 // skipsDestroy: the Stack is deleted with destroyOnFinalize, and destroys

@@ -10,6 +10,7 @@ import (
 	"github.com/stackflow-io/stackflow/internal/stackref"
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/gitresolve"
+	"github.com/stackflow-io/stackflow/operator/internal/stack"
 )
 
 // Stack indexes: which objects' changes wake which Stacks. Each is derived
@@ -22,6 +23,11 @@ const (
 	configMapsField   = "stackflow.configmaps"
 	repositoryField   = "stackflow.repository"
 	fluxSourceField   = "stackflow.fluxsource"
+	// exportsField: the objects a Stack exports, readsField: the
+	// ConfigMaps and Secrets it reads, both as "Kind/name"
+	// (stack.ExportKey): who depends on whom.
+	exportsField = "stackflow.exports"
+	readsField   = "stackflow.reads"
 )
 
 // stackIndexes maps each index to the keys a Stack's references give it.
@@ -35,6 +41,13 @@ var stackIndexes = map[string]func(refs []stackref.Ref) []string{
 
 // indexStacks registers the Stack indexes.
 func indexStacks(indexer client.FieldIndexer) error {
+	for field, keys := range map[string]func(*pulumiv1.Stack) []string{exportsField: stack.Exported, readsField: stack.Reads} {
+		if err := indexer.IndexField(context.Background(), &pulumiv1.Stack{}, field, func(o client.Object) []string {
+			return keys(o.(*pulumiv1.Stack))
+		}); err != nil {
+			return err
+		}
+	}
 	for field, keys := range stackIndexes {
 		if err := indexer.IndexField(context.Background(), &pulumiv1.Stack{}, field, func(o client.Object) []string {
 			return keys(stackref.Refs(o.(*pulumiv1.Stack)))

@@ -70,6 +70,10 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A Stack's status change wakes the Stacks that list it as a
 		// prerequisite.
 		Watches(&pulumiv1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.indexed(prerequisiteField, objectName))).
+		// A Stack's change or deletion wakes the Stacks it depends on
+		// (a cycle is reported on all; a deleted dependent lets its
+		// upstream destroy).
+		Watches(&pulumiv1.Stack{}, handler.EnqueueRequestsFromMapFunc(r.dependencies)).
 		// A Program's new artifact wakes the Stacks that use it.
 		Watches(&pulumiv1.Program{}, handler.EnqueueRequestsFromMapFunc(r.indexed(programRefField, objectName))).
 		// A ConfigMap a Stack refers to appearing or changing wakes it: a
@@ -97,6 +101,8 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // created, released (Patch of the result finalizer) and old drift checks
 // deleted; the Workspace created, updated and deleted. Referenced ConfigMaps
 // are watched, referenced Secrets read by name (never cached or watched).
+// Exported ConfigMaps and Secrets (spec.exports) are created and updated,
+// never deleted (the garbage collector removes the Stack's own).
 // +kubebuilder:rbac:groups=pulumi.com,resources=stacks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=pulumi.com,resources=stacks/status,verbs=patch
 // +kubebuilder:rbac:groups=pulumi.com,resources=stacks/finalizers,verbs=update
@@ -104,8 +110,8 @@ func (r *StackReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories;buckets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=auto.pulumi.com,resources=workspaces,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=auto.pulumi.com,resources=updates,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=stackflow.io,resources=planapprovals,verbs=get;list;watch
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -212,19 +211,13 @@ func (r *StackReconciler) readOutputs(ctx context.Context, u *autov1alpha1.Updat
 	if u.Status.Outputs == "" {
 		return nil, nil
 	}
-	var sec corev1.Secret
-	if err := r.getWritten(ctx, types.NamespacedName{Namespace: u.Namespace, Name: u.Status.Outputs}, &sec); err != nil {
+	raw, err := r.rawOutputs(ctx, u)
+	if err != nil {
 		return nil, err
 	}
-	secret := map[string]bool{}
-	var keys []string
-	_ = jsonUnmarshal(sec.Annotations[SecretsAnnotation], &keys)
-	for _, k := range keys {
-		secret[k] = true
-	}
 	outs := pulumiv1.StackOutputs{}
-	for k, v := range sec.Data {
-		if secret[k] {
+	for k, v := range raw.Values {
+		if raw.Secrets[k] {
 			outs[k] = jsonValue(`"[secret]"`)
 			continue
 		}
@@ -261,7 +254,8 @@ func (r *StackReconciler) ownedUpdates(ctx context.Context, s *pulumiv1.Stack) (
 
 // releaseUpdates removes the result finalizer from the Updates whose results
 // the Stack's (stored) status has recorded — finished, numbered at most
-// status.updateSequence and not current — so their TTL can delete them; and
+// status.updateSequence, not current and, with spec.exports, exported — so
+// their TTL can delete them (with their outputs Secret); and
 // deletes the finished drift checks but the last, so a Stack checking drift
 // every few minutes does not pile them up. With all, every Update is released
 // (the Stack is going).
@@ -273,7 +267,7 @@ func (r *StackReconciler) releaseUpdates(ctx context.Context, s *pulumiv1.Stack,
 	everything := len(all) > 0 && all[0]
 	for i := range updates {
 		u := &updates[i]
-		if !everything && !recorded(s, u) {
+		if !everything && (!recorded(s, u) || exportDueFor(s, u)) {
 			continue
 		}
 		if !everything && u.Annotations[stack.AnnotationPurpose] == string(pulumiv1.UpdatePurposeDriftCheck) &&

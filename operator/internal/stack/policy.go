@@ -354,6 +354,16 @@ type Prerequisite struct {
 	LastUpdate *pulumiv1.StackUpdateState
 	// Within is the requirement's succeededWithinDuration (0: any age).
 	Within time.Duration
+	// Exports: the prerequisite has spec.exports. Its dependents then
+	// also wait while it updates and until its last update is exported, so
+	// they read its new outputs, not the ones before.
+	Exports bool
+	// Updating: an update of the prerequisite is in flight (a drift check
+	// aside).
+	Updating bool
+	// ExportsCurrent: its exports hold its last update's outputs
+	// (ExportsCurrent).
+	ExportsCurrent bool
 }
 
 // PrerequisiteVerdict says whether a prerequisite is satisfied and, when it is
@@ -365,8 +375,9 @@ type PrerequisiteVerdict struct {
 	Message string
 }
 
-// CheckPrerequisite: the prerequisite's last update was a successful up, and
-// recent enough.
+// CheckPrerequisite: the prerequisite's last update was a successful up,
+// recent enough and, when it exports outputs, exported and not followed by
+// another update in flight.
 func CheckPrerequisite(p Prerequisite, now time.Time) PrerequisiteVerdict {
 	switch {
 	case !p.Found:
@@ -377,6 +388,10 @@ func CheckPrerequisite(p Prerequisite, now time.Time) PrerequisiteVerdict {
 		return PrerequisiteVerdict{Message: fmt.Sprintf("prerequisite %s last ran a %s, not an up", p.Name, p.LastUpdate.Type)}
 	case p.LastUpdate.State != pulumiv1.SucceededStackStateMessage:
 		return PrerequisiteVerdict{Message: fmt.Sprintf("prerequisite %s's last update failed", p.Name)}
+	case p.Exports && p.Updating:
+		return PrerequisiteVerdict{Message: fmt.Sprintf("prerequisite %s is updating; its exports follow", p.Name)}
+	case p.Exports && !p.ExportsCurrent:
+		return PrerequisiteVerdict{Message: fmt.Sprintf("prerequisite %s has not exported its last update's outputs (see its status.exports)", p.Name)}
 	}
 	if p.Within > 0 {
 		age := now.Sub(p.LastUpdate.LastResyncTime.Time)

@@ -98,6 +98,27 @@ const (
 	// Stack's change; a new change (commit, configuration, inputs) or an
 	// approval made after the rejection moves it on.
 	StalledPlanRejectedReason = "PlanRejected"
+	// StalledExportFailedReason: the outputs of the last update could not be
+	// written as spec.exports asks (a secret output mapped into the
+	// ConfigMap, a missing output or path, an object of that name the Stack
+	// did not create); status.exports says why. The next update exports
+	// again.
+	StalledExportFailedReason = "ExportFailed"
+	// StalledDependencyCycleReason: the Stack depends on itself through
+	// prerequisites and the exports it reads; nothing runs until the cycle
+	// is broken.
+	StalledDependencyCycleReason = "DependencyCycle"
+	// ReconcilingDependentsExistReason: a Stack being deleted with
+	// destroyOnFinalize waits for the Stacks that depend on it (through
+	// prerequisites or the exports they read) to be deleted first.
+	ReconcilingDependentsExistReason = "DependentsExist"
+)
+
+// Event reasons of exports.
+const (
+	// EventReasonExported: the outputs of an update were written to the
+	// objects spec.exports names.
+	EventReasonExported = "Exported"
 )
 
 // Event reasons of approvals.

@@ -208,6 +208,116 @@ type StackSpec struct {
 	// See docs/approvals.md. A Stackflow extension.
 	// +optional
 	Approval *ApprovalPolicy `json:"approval,omitempty"`
+
+	// exports writes the Stack's outputs to a ConfigMap and/or a Secret in
+	// its namespace after each successful update (up or refresh), so other
+	// workloads and other Stacks (configRef, envRefs, secretsRef) can read
+	// them. Secret outputs go only to the Secret: mapping one into the
+	// ConfigMap is refused when an update reveals it (status.exports,
+	// Stalled ExportFailed) and nothing of that update is written. The
+	// objects carry the annotation stackflow.io/content-hash, are owned by
+	// the Stack unless deletionPolicy is Retain, and an object of that name
+	// the Stack did not create is never overwritten. See docs/outputs.md.
+	// A Stackflow extension.
+	// +optional
+	Exports *StackExports `json:"exports,omitempty"`
+}
+
+// StackExports names the objects a Stack's outputs are written to.
+// +kubebuilder:validation:XValidation:rule="has(self.configMap) || has(self.secret)",message="spec.exports needs configMap, secret, or both"
+type StackExports struct {
+	// configMap receives plain (non-secret) outputs.
+	// +optional
+	ConfigMap *ExportObject `json:"configMap,omitempty"`
+
+	// secret receives outputs, secret or not (an Opaque Secret).
+	// +optional
+	Secret *ExportObject `json:"secret,omitempty"`
+
+	// deletionPolicy says what becomes of the objects when the Stack is
+	// deleted: Delete (the default) makes the Stack their owner, so the
+	// garbage collector removes them with it; Retain keeps them (no owner
+	// reference; a Stack of the same name adopts them again).
+	// +optional
+	DeletionPolicy ExportDeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// Annotations on exported objects.
+const (
+	// ExportedByAnnotation names the Stack that wrote an exported object:
+	// a Stack overwrites only objects that name it.
+	ExportedByAnnotation = "stackflow.io/exported-by"
+	// ContentHashAnnotation is the SHA-256 of an exported object's data
+	// (sorted keys), for a consumer that rolls when the values change.
+	ContentHashAnnotation = "stackflow.io/content-hash"
+)
+
+// ExportDeletionPolicy says what becomes of exported objects when their Stack
+// is deleted.
+// +kubebuilder:validation:Enum=Delete;Retain
+type ExportDeletionPolicy string
+
+const (
+	// ExportDelete removes the exported objects with the Stack.
+	ExportDelete ExportDeletionPolicy = "Delete"
+	// ExportRetain keeps the exported objects after the Stack is deleted.
+	ExportRetain ExportDeletionPolicy = "Retain"
+)
+
+// ExportObject is one object outputs are written to.
+// +kubebuilder:validation:XValidation:rule="!has(self.annotations) || self.annotations.all(k, !k.startsWith('stackflow.io/'))",message="annotations under stackflow.io/ are set by the operator (stackflow.io/exported-by, stackflow.io/content-hash)"
+type ExportObject struct {
+	// name of the object, in the Stack's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// labels are set on the object (e.g. for a consumer's selector).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// annotations are set on the object. Keys under stackflow.io/ are the
+	// operator's.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// keys are the object's data keys and the output each holds: the
+	// object holds exactly these keys.
+	// +required
+	// +listType=map
+	// +listMapKey=key
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	Keys []ExportKey `json:"keys"`
+}
+
+// ExportKey puts one output, or a value inside it, under one data key.
+type ExportKey struct {
+	// key is the data key: letters, digits, '-', '_' and '.'.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key"`
+
+	// output names the Stack output.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Output string `json:"output"`
+
+	// path selects a value inside a map or list output: fields separated
+	// by dots, list indexes in brackets, a field with other characters as
+	// a quoted string in brackets (db.hosts[0].name, tags["team.name"]).
+	// Without it the whole output is written. Strings are written as they
+	// are; numbers, booleans, maps and lists as JSON.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Path string `json:"path,omitempty"`
 }
 
 // ApprovalPolicy says whether a Stack's changes wait for an approval.
@@ -767,6 +877,70 @@ type StackStatus struct {
 	// PlanApproval approves), and what became of it. A Stackflow extension.
 	// +optional
 	Plan *StackPlan `json:"plan,omitempty"`
+
+	// exports records the last export of the Stack's outputs
+	// (spec.exports): the update whose outputs the objects hold, each
+	// object's content hash, or why that update's outputs were not
+	// written. A Stackflow extension.
+	// +optional
+	Exports *StackExportsStatus `json:"exports,omitempty"`
+}
+
+// StackExportsStatus is what became of the outputs of one update.
+type StackExportsStatus struct {
+	// update is the Update whose outputs were exported (or refused).
+	// +kubebuilder:validation:MaxLength=253
+	Update string `json:"update"`
+
+	// commit is that update's commit.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Commit string `json:"commit,omitempty"`
+
+	// time is when the export was made (or refused).
+	Time metav1.Time `json:"time"`
+
+	// configMap is the ConfigMap written.
+	// +optional
+	ConfigMap *ExportedObject `json:"configMap,omitempty"`
+
+	// secret is the Secret written.
+	// +optional
+	Secret *ExportedObject `json:"secret,omitempty"`
+
+	// reason is set when nothing of the update's outputs was written:
+	// ExportRefused (the mapping does not fit the outputs: a secret output
+	// into the ConfigMap, a missing output or path, a value the API server
+	// refuses) or ExportConflict (an object of that name the Stack did not
+	// create).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+
+	// message says why, naming the output and key (never a value).
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
+// Reasons of status.exports.
+const (
+	// ExportRefusedReason: the mapping does not fit the update's outputs.
+	ExportRefusedReason = "ExportRefused"
+	// ExportConflictReason: an object of that name exists and the Stack did
+	// not create it.
+	ExportConflictReason = "ExportConflict"
+)
+
+// ExportedObject is one object written, and the hash of its data.
+type ExportedObject struct {
+	// name of the object.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// hash is the content hash of its data, as its annotation
+	// stackflow.io/content-hash holds it.
+	// +kubebuilder:validation:MaxLength=64
+	Hash string `json:"hash"`
 }
 
 // PlanState is what became of a Stack's plan.
@@ -908,6 +1082,7 @@ type PlanDecision struct {
 // +kubebuilder:printcolumn:name="Fingerprint",type=string,priority=1,JSONPath=`.status.plan.fingerprint`
 // +kubebuilder:printcolumn:name="Stack",type=string,priority=1,JSONPath=`.spec.stack`
 // +kubebuilder:printcolumn:name="Branch",type=string,priority=1,JSONPath=`.spec.branch`
+// +kubebuilder:printcolumn:name="Exported",type=string,priority=1,JSONPath=`.status.exports.update`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 42",message="Stack name must be at most 42 characters: it names the Workspace and its pods"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.prerequisites) || self.spec.prerequisites.all(p, p.name != self.metadata.name)",message="a Stack cannot be its own prerequisite"
 type Stack struct {

@@ -6,10 +6,12 @@ ClusterRole, or with watchNamespaces by a Role in each watched namespace. */ -}}
   - ""
   resources:
   - configmaps
-  - pods
+  - services
   verbs:
+  - create
   - get
   - list
+  - update
   - watch
 - apiGroups:
   - ""
@@ -27,20 +29,19 @@ ClusterRole, or with watchNamespaces by a Role in each watched namespace. */ -}}
 - apiGroups:
   - ""
   resources:
+  - pods
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - ""
+  resources:
   - secrets
   verbs:
   - create
   - get
-- apiGroups:
-  - ""
-  resources:
-  - services
-  verbs:
-  - create
-  - get
-  - list
   - update
-  - watch
 - apiGroups:
   - apps
   resources:
