@@ -194,3 +194,18 @@ func heapAlloc() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// TestStripKeepsExports: the verdict of a Stack with spec.exports waits for
+// its export, so the cache keeps spec.exports and status.exports (names,
+// hashes, the refusal; no values).
+func TestStripKeepsExports(t *testing.T) {
+	s := &pulumiv1.Stack{Spec: pulumiv1.StackSpec{Exports: &pulumiv1.StackExports{Secret: &pulumiv1.ExportObject{Name: "web-secrets"}}}}
+	s.Status.Exports = &pulumiv1.StackExportsStatus{Update: "web-7", Reason: pulumiv1.ExportRefusedReason}
+	got, err := strip(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := got.(*pulumiv1.Stack); o.Spec.Exports == nil || o.Spec.Exports.Secret.Name != "web-secrets" || o.Status.Exports == nil || o.Status.Exports.Reason == "" {
+		t.Fatalf("the cached Stack lost its exports: %+v %+v", o.Spec.Exports, o.Status.Exports)
+	}
+}

@@ -8,7 +8,8 @@ import (
 )
 
 // MaxDetail bounds, in bytes, the excerpt of another component's message
-// that an answer may quote (the Stack's Stalled message).
+// that an answer may quote (the Stack's Stalled message, or the refusal of
+// its export).
 const MaxDetail = 300
 
 // redacted replaces what Detail masks.

@@ -14,7 +14,8 @@ const (
 	// observed its current generation, or does not exist (yet).
 	PhasePending Phase = "Pending"
 	// PhaseRunning: an update for the commit is in flight, or failed and will
-	// be retried.
+	// be retried, or succeeded and its outputs are not exported yet
+	// (spec.exports).
 	PhaseRunning Phase = "Running"
 	// PhaseSucceeded: the last update of the requested operation at the
 	// commit succeeded for the Stack's current generation.
@@ -46,6 +47,11 @@ const (
 	ReasonUpdateInProgress      = "UpdateInProgress"
 	ReasonRetryingAfterFailure  = "RetryingAfterFailure"
 	ReasonRetryingAfterConflict = "RetryingAfterConflict"
+	// ReasonExportsPending: the update at the commit succeeded, and the
+	// Stack has spec.exports: its outputs are not written to the exported
+	// ConfigMap and Secret yet (the operator does so once it has recorded
+	// the update). What reads them would read an older update's values.
+	ReasonExportsPending = "ExportsPending"
 	// Succeeded
 	ReasonUpdateSucceeded = "UpdateSucceeded"
 	// Failed
@@ -65,6 +71,13 @@ const (
 	// caller's denyOn names; nothing of it was applied (the Stack awaits
 	// approval).
 	ReasonPlanDenied = "PlanDenied"
+	// ReasonExportFailed: the update at the commit succeeded, but the
+	// operator refused to export its outputs as spec.exports asks
+	// (status.exports.reason ExportRefused or ExportConflict): nothing of
+	// that update was written. The Stack is Stalled (ExportFailed) until a
+	// change of the mapping, the conflicting object or the program makes an
+	// update that exports.
+	ReasonExportFailed = "ExportFailed"
 	// ReasonApprovalNotRequired: the caller's denyOn cannot be honoured:
 	// the Stack does not require approval, so it applies the commit without
 	// a plan to check first.
@@ -82,16 +95,17 @@ const (
 // Result is the JSON body of a verification (and of a Stack summary, where
 // Phase says what the current state would answer for the commit the Stack
 // last ran). It never carries configuration values, outputs or anything
-// secret: only names, commits, times, states and change counts, and in
-// Message the service's own summary, which quotes another component's text
-// (the Stalled message) only as a masked, bounded excerpt (Detail).
+// secret: only names, commits, times, states, change counts and content
+// hashes, and in Message the service's own summary, which quotes another
+// component's text (the Stalled message, the refusal of an export) only as
+// a masked, bounded excerpt (Detail).
 type Result struct {
 	// Phase is Pending, Running, Succeeded or Failed.
 	Phase Phase `json:"phase"`
 	// Reason is a PascalCase constant saying why.
 	Reason string `json:"reason"`
 	// Message says it for a person: the service's own words, with at most
-	// a Detail excerpt of the Stalled message.
+	// a Detail excerpt of the Stalled message or of the export's refusal.
 	Message string `json:"message"`
 	// Operation is the operation asked about (up or preview).
 	Operation Operation `json:"operation,omitempty"`
@@ -118,6 +132,11 @@ type Result struct {
 	// requires approval (reasons AwaitingApproval, PlanNotApplied, and a
 	// rejection: StackStalled with stalledReason PlanRejected).
 	Plan *Plan `json:"plan,omitempty"`
+	// Exports is what became of the outputs of the update, when the Stack
+	// has spec.exports and that update succeeded at the commit (reasons
+	// UpdateSucceeded, SucceededOutsideWindow, ExportsPending,
+	// ExportFailed).
+	Exports *Exports `json:"exports,omitempty"`
 	// ObservedAt is when the answer was computed.
 	ObservedAt time.Time `json:"observedAt"`
 }
@@ -137,6 +156,46 @@ type Plan struct {
 	// Changes counts the affected resources by planned operation (create,
 	// update, delete, replace).
 	Changes map[string]int64 `json:"changes,omitempty"`
+}
+
+// Export states.
+const (
+	// ExportStateExported: the objects hold the update's outputs.
+	ExportStateExported = "exported"
+	// ExportStatePending: the update's outputs are not written yet.
+	ExportStatePending = "pending"
+	// ExportStateRefused: the operator refused to write them; nothing of
+	// the update was written.
+	ExportStateRefused = "refused"
+)
+
+// Exports describes the export of an update's outputs (the Stack's
+// spec.exports and status.exports): the objects' names and content hashes,
+// never their data or the outputs' names.
+type Exports struct {
+	// Update is the Update whose outputs these are.
+	Update string `json:"update"`
+	// State is exported, pending or refused.
+	State string `json:"state"`
+	// Reason says why they were refused: ExportRefused (the mapping does
+	// not fit the outputs) or ExportConflict (an object of that name the
+	// Stack did not create). The answer's message quotes the operator's
+	// message.
+	Reason string `json:"reason,omitempty"`
+	// Time is when they were exported or refused.
+	Time *time.Time `json:"time,omitempty"`
+	// ConfigMap and Secret are the objects spec.exports names.
+	ConfigMap *ExportedObject `json:"configMap,omitempty"`
+	Secret    *ExportedObject `json:"secret,omitempty"`
+}
+
+// ExportedObject is an object outputs are exported to.
+type ExportedObject struct {
+	Name string `json:"name"`
+	// Hash is the content hash of its data (its annotation
+	// stackflow.io/content-hash) once it holds the update's outputs; empty
+	// while they are pending or refused.
+	Hash string `json:"hash,omitempty"`
 }
 
 // Commit is a commit SHA, full (as far as known) and short (7 characters).

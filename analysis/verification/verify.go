@@ -76,10 +76,13 @@ var (
 //  5. a generation not yet processed: Pending;
 //  6. a Stack that runs the other operation (spec.preview): Failed;
 //  7. a Stack Stalled at its current generation: Failed (but Pending when
-//     a branch-tracking Stack is stalled on another commit);
+//     a branch-tracking Stack is stalled on another commit; ExportFailed
+//     when it applied the commit and its outputs were refused);
 //  8. a conflict with another run, retried: Running;
 //  9. the last update, for the current generation at the commit and of the
-//     requested operation: Succeeded (within Query.Within), Failed
+//     requested operation: Succeeded (within Query.Within; with
+//     spec.exports, once its outputs are exported: Running while they are
+//     due, Failed when the operator refused them), Failed
 //     (expectNoChanges, policy violations, or RetryStallAfter failures), or
 //     Running (retried, with the attempt and when);
 //  10. otherwise Pending: the operator has not run the commit yet.
@@ -158,11 +161,21 @@ func Verify(in Input) Result {
 	}
 
 	if st := conditions.Current(s, s.Status.Conditions, pulumiv1.StalledCondition); st != nil && st.Status == metav1.ConditionTrue {
-		if st.Reason == pulumiv1.StalledUpdateFailedReason && !luAtCommit && specCommit(s) == "" {
+		onAnotherCommit := st.Reason == pulumiv1.StalledUpdateFailedReason || st.Reason == pulumiv1.StalledExportFailedReason
+		if onAnotherCommit && !luAtCommit && specCommit(s) == "" {
 			return r.with(PhasePending, ReasonAwaitingUpdate, "the Stack tracks %s and is stalled on another commit (%s); it has not run %s", branchOf(s), shortOf(r.ObservedCommit), r.RequestedCommit.Short)
 		}
 		if luAtCommit {
 			r.Update = describeLastUpdate(in.Update(lu.Name), lu)
+		}
+		if st.Reason == pulumiv1.StalledExportFailedReason && luAtCommit {
+			// The commit was applied; its outputs were refused: the
+			// export's reason says more than the stall.
+			var done bool
+			if r, done = exportsVerdict(r, s, op); done {
+				return r
+			}
+			r.Exports = nil
 		}
 		// The Stalled message may quote the engine or git (an update's
 		// error output): only a masked, bounded excerpt is passed on.
@@ -197,6 +210,10 @@ func Verify(in Input) Result {
 	if luAtCommit {
 		r.Update = describeLastUpdate(in.Update(lu.Name), lu)
 		if lu.State == pulumiv1.SucceededStackStateMessage {
+			var done bool
+			if r, done = exportsVerdict(r, s, op); done {
+				return r
+			}
 			if w := q.Within; w > 0 && in.Now.Sub(lu.LastResyncTime.Time) > w {
 				return r.with(PhasePending, ReasonSucceededOutsideWindow, "%s of %s succeeded at %s, longer ago than %s", op, r.ObservedCommit.Short, lu.LastResyncTime.UTC().Format(time.RFC3339), w)
 			}

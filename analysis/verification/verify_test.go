@@ -74,6 +74,33 @@ func plan(state pulumiv1.PlanState, commit string, gen int64) func(*pulumiv1.Sta
 	}
 }
 
+// exports gives the Stack spec.exports: a ConfigMap web-outputs and a
+// Secret web-secrets.
+func exports(s *pulumiv1.Stack) {
+	s.Spec.Exports = &pulumiv1.StackExports{
+		ConfigMap: &pulumiv1.ExportObject{Name: "web-outputs", Keys: []pulumiv1.ExportKey{{Key: "url", Output: "endpoint"}}},
+		Secret:    &pulumiv1.ExportObject{Name: "web-secrets", Keys: []pulumiv1.ExportKey{{Key: "db-url", Output: "connectionString"}}},
+	}
+}
+
+// exported records in status.exports the export of update (reason "": both
+// objects written).
+func exported(update, reason string) func(*pulumiv1.Stack) {
+	return func(s *pulumiv1.Stack) {
+		e := &pulumiv1.StackExportsStatus{Update: update, Commit: shaA, Time: metav1.NewTime(now.Add(-30 * time.Second)), Reason: reason}
+		switch reason {
+		case "":
+			e.ConfigMap = &pulumiv1.ExportedObject{Name: "web-outputs", Hash: "c0ffee"}
+			e.Secret = &pulumiv1.ExportedObject{Name: "web-secrets", Hash: "5ec7e7"}
+		case pulumiv1.ExportConflictReason:
+			e.Message = "the outputs of " + update + " were not exported: ConfigMap web-outputs exists and was not created by this Stack"
+		default:
+			e.Message = "the outputs of " + update + ` were not exported: output "connectionString" is a secret and key db-url is in the ConfigMap`
+		}
+		s.Status.Exports = e
+	}
+}
+
 func branch(s *pulumiv1.Stack)  { s.Spec.GitSource.Commit = ""; s.Spec.GitSource.Branch = "main" }
 func preview(s *pulumiv1.Stack) { s.Spec.Preview = true }
 func generation(g int64) func(*pulumiv1.Stack) {
@@ -162,6 +189,31 @@ func TestVerify(t *testing.T) {
 			message("create is not allowed by the plan: this resource is constrained to same"))), up, PhaseFailed, ReasonPlanNotApplied, "was not applied"},
 		{"approved plan applying", stack(gated, plan(pulumiv1.PlanApplying, shaA, 3), current(shaA, 3, pulumiv1.UpdatePurposeDeploy)), up, PhaseRunning, ReasonUpdateInProgress, ""},
 		{"approved plan applied", stack(gated, plan(pulumiv1.PlanApplied, shaA, 3), lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhaseSucceeded, ReasonUpdateSucceeded, ""},
+		// spec.exports: the commit is applied once the update's outputs
+		// are exported. A Stack without it is judged as before.
+		{"exports: exported", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", "")), up, PhaseSucceeded, ReasonUpdateSucceeded, "up of aaaaaaa succeeded"},
+		{"exports: not written yet", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), up, PhaseRunning, ReasonExportsPending,
+			"up of aaaaaaa succeeded; the outputs of update web-7 are not yet written to ConfigMap web-outputs and Secret web-secrets"},
+		{"exports: an older update's refusal recorded", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-6", pulumiv1.ExportRefusedReason)), up, PhaseRunning, ReasonExportsPending, "update web-7"},
+		{"exports: refused, stalled", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", pulumiv1.ExportRefusedReason), stalled(pulumiv1.StalledExportFailedReason, 3)), up, PhaseFailed, ReasonExportFailed,
+			`up of aaaaaaa succeeded, but its outputs were not exported (ExportRefused): the outputs of web-7 were not exported: output "connectionString" is a secret`},
+		{"exports: refused, Stalled condition not written yet", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", pulumiv1.ExportRefusedReason)), up, PhaseFailed, ReasonExportFailed, "(ExportRefused)"},
+		{"exports: conflict", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", pulumiv1.ExportConflictReason), stalled(pulumiv1.StalledExportFailedReason, 3)), up, PhaseFailed, ReasonExportFailed,
+			"(ExportConflict): the outputs of web-7 were not exported: ConfigMap web-outputs exists and was not created by this Stack"},
+		{"exports: refused, outside the window", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", pulumiv1.ExportRefusedReason)), within(up, 30*time.Second), PhaseFailed, ReasonExportFailed, ""},
+		{"exports: exported, outside the window", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", "")), within(up, 30*time.Second), PhasePending, ReasonSucceededOutsideWindow, ""},
+		{"exports: update in flight", stack(exports, current(shaA, 3, pulumiv1.UpdatePurposeDeploy), exported("web-6", "")), up, PhaseRunning, ReasonUpdateInProgress, ""},
+		{"exports: failed update, retried", stack(exports, lastUpdate(pulumiv1.FailedStackStateMessage, autov1alpha1.UpType, shaA, 3, failures(2)), exported("web-6", "")), up, PhaseRunning, ReasonRetryingAfterFailure, ""},
+		{"exports: branch, refused on another commit", stack(branch, exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaB, 3), exported("web-7", pulumiv1.ExportRefusedReason), stalled(pulumiv1.StalledExportFailedReason, 3)), up, PhasePending, ReasonAwaitingUpdate, "stalled on another commit (bbbbbbb)"},
+		{"exports: branch, refused on the commit", stack(branch, exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", pulumiv1.ExportRefusedReason), stalled(pulumiv1.StalledExportFailedReason, 3)), up, PhaseFailed, ReasonExportFailed, ""},
+		// A Stalled condition the export record no longer bears out is
+		// quoted as any other stall.
+		{"exports: exported, Stalled ExportFailed left", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", ""), stalled(pulumiv1.StalledExportFailedReason, 3)), up, PhaseFailed, ReasonStackStalled, "ExportFailed"},
+		{"exports: stalled on the spec after the refusal", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", pulumiv1.ExportRefusedReason), stalled(pulumiv1.StalledSpecInvalidReason, 3)), up, PhaseFailed, ReasonStackStalled, "SpecInvalid"},
+		// A preview makes no outputs: nothing to export.
+		{"exports: preview stack", stack(preview, exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.PreviewType, shaA, 3)), pv, PhaseSucceeded, ReasonUpdateSucceeded, ""},
+		{"no spec.exports, a record left in status", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", pulumiv1.ExportRefusedReason)), up, PhaseSucceeded, ReasonUpdateSucceeded, ""},
+		{"dependency cycle", stack(exports, stalled(pulumiv1.StalledDependencyCycleReason, 3)), up, PhaseFailed, ReasonStackStalled, "DependencyCycle"},
 		{"flux revision", stack(func(s *pulumiv1.Stack) { s.Spec.GitSource = nil }, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, "main@sha1:"+shaA, 3)), up, PhaseSucceeded, ReasonUpdateSucceeded, ""},
 	}
 	for _, tt := range tests {
@@ -180,7 +232,61 @@ func TestVerify(t *testing.T) {
 			if (got.Reason == ReasonStackStalled) != (got.StalledReason != "") {
 				t.Fatalf("reason %s with stalledReason %q: StackStalled answers, and they only, carry it", got.Reason, got.StalledReason)
 			}
+			if (got.Reason == ReasonExportsPending || got.Reason == ReasonExportFailed) && got.Exports == nil ||
+				got.Exports != nil && (tt.stack.Spec.Exports == nil || got.Reason == ReasonStackStalled) {
+				t.Fatalf("reason %s with exports %+v: the export answers, and the successes of Stacks with spec.exports only, describe the export", got.Reason, got.Exports)
+			}
 		})
+	}
+}
+
+// TestVerifyDescribesTheExport: the answer names the exported objects and,
+// once they hold the update's outputs, their hashes; never the outputs'
+// names or the data keys; the operator's refusal is quoted masked.
+func TestVerifyDescribesTheExport(t *testing.T) {
+	q := Query{Commit: shaA, Operation: OperationUp}
+	verify := func(s *pulumiv1.Stack) Result {
+		t.Helper()
+		return Verify(Input{Namespace: "dev", Name: "web", Stack: s, Query: q, Now: now, Update: func(string) *autov1alpha1.Update { return nil }})
+	}
+	succeeded := lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)
+	when := now.Add(-30 * time.Second)
+	for _, tt := range []struct {
+		name  string
+		stack *pulumiv1.Stack
+		want  Exports
+	}{
+		{"exported", stack(exports, succeeded, exported("web-7", "")), Exports{Update: "web-7", State: ExportStateExported, Time: &when,
+			ConfigMap: &ExportedObject{Name: "web-outputs", Hash: "c0ffee"}, Secret: &ExportedObject{Name: "web-secrets", Hash: "5ec7e7"}}},
+		{"pending", stack(exports, succeeded, exported("web-6", "")), Exports{Update: "web-7", State: ExportStatePending,
+			ConfigMap: &ExportedObject{Name: "web-outputs"}, Secret: &ExportedObject{Name: "web-secrets"}}},
+		{"refused", stack(exports, succeeded, exported("web-7", pulumiv1.ExportConflictReason)), Exports{Update: "web-7", State: ExportStateRefused, Reason: pulumiv1.ExportConflictReason, Time: &when,
+			ConfigMap: &ExportedObject{Name: "web-outputs"}, Secret: &ExportedObject{Name: "web-secrets"}}},
+		{"secret only", stack(exports, func(s *pulumiv1.Stack) { s.Spec.Exports.ConfigMap = nil }, succeeded, exported("web-7", "")), Exports{Update: "web-7", State: ExportStateExported, Time: &when,
+			Secret: &ExportedObject{Name: "web-secrets", Hash: "5ec7e7"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := verify(tt.stack)
+			a, _ := json.Marshal(got.Exports)
+			b, _ := json.Marshal(tt.want)
+			if string(a) != string(b) {
+				t.Fatalf("exports = %s, want %s", a, b)
+			}
+			all, _ := json.Marshal(got)
+			for _, never := range []string{"connectionString", "endpoint", "db-url"} {
+				if strings.Contains(string(all), never) && !strings.Contains(got.Message, never) {
+					t.Fatalf("the answer names %q outside the operator's message: %s", never, all)
+				}
+			}
+		})
+	}
+
+	s := stack(exports, succeeded, exported("web-7", pulumiv1.ExportRefusedReason), func(s *pulumiv1.Stack) {
+		s.Status.Exports.Message = "the outputs of web-7 were not exported: the API server refused Secret web-secrets: password=hunter2 " + strings.Repeat("x", 500)
+	})
+	got := verify(s)
+	if got.Reason != ReasonExportFailed || strings.Contains(got.Message, "hunter2") || !strings.Contains(got.Message, redacted) || len(got.Message) > 400 {
+		t.Fatalf("the refusal is quoted unmasked or unbounded: %s %q", got.Reason, got.Message)
 	}
 }
 
@@ -254,6 +360,8 @@ func TestSummary(t *testing.T) {
 		{"succeeded", stack(lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), PhaseSucceeded, ReasonUpdateSucceeded},
 		{"branch running", stack(branch, current(shaB, 3, pulumiv1.UpdatePurposeDeploy)), PhaseRunning, ReasonUpdateInProgress},
 		{"preview stack", stack(preview, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.PreviewType, shaA, 3)), PhaseSucceeded, ReasonUpdateSucceeded},
+		{"exports pending", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3)), PhaseRunning, ReasonExportsPending},
+		{"exports refused", stack(exports, lastUpdate(pulumiv1.SucceededStackStateMessage, autov1alpha1.UpType, shaA, 3), exported("web-7", pulumiv1.ExportRefusedReason), stalled(pulumiv1.StalledExportFailedReason, 3)), PhaseFailed, ReasonExportFailed},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Summary(Input{Namespace: "dev", Name: "web", Stack: tt.stack, Now: now, Update: func(string) *autov1alpha1.Update { return nil }})

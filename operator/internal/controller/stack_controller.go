@@ -99,8 +99,8 @@ type stackScope struct {
 }
 
 // Reconcile converges one Stack: record the update that finished and export
-// its outputs, resolve the source and inputs, derive the Workspace, refuse a
-// dependency cycle, decide, then wait for
+// its outputs, refuse a dependency cycle, resolve the source and inputs,
+// derive the Workspace, decide, then wait for
 // prerequisites and the workspace and start an update. Every fact a decision
 // needs is in the Stack's status, written once by the finisher, which then
 // releases the Updates whose results the stored status records.
@@ -111,8 +111,8 @@ func (r *StackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	base, sc := s.DeepCopy(), &stackScope{stack: s}
 	steps := []step[*stackScope]{
-		r.reconcileFinalizer, r.reconcileCurrentUpdate, r.reconcileExports, r.reconcileSource, r.reconcileInputs, r.reconcileWorkspaceSpec,
-		r.reconcileDependencies, r.reconcileDecision, r.reconcileApproval, r.reconcilePrerequisites, r.reconcileWorkspace, r.reconcileStart,
+		r.reconcileFinalizer, r.reconcileCurrentUpdate, r.reconcileExports, r.reconcileDependencies, r.reconcileSource, r.reconcileInputs,
+		r.reconcileWorkspaceSpec, r.reconcileDecision, r.reconcileApproval, r.reconcilePrerequisites, r.reconcileWorkspace, r.reconcileStart,
 	}
 	if !s.DeletionTimestamp.IsZero() {
 		steps = []step[*stackScope]{r.reconcileDelete}

@@ -102,6 +102,7 @@ local stalled = condition("Stalled")
 local drift = condition("DriftDetected")
 local lastUpdate = tbl(status.lastUpdate)
 local current = tbl(status.currentUpdate)
+local exports = tbl(status.exports)
 -- A drift check observes and changes nothing: the Stack is not progressing.
 if current ~= nil and current.purpose == "drift-check" and not (meta.deletionTimestamp ~= nil) then current = nil end
 
@@ -135,6 +136,13 @@ end
 if deleting then
   if isTrue(stalled) and stalled.reason == "DestroyFailed" then
     return result("Degraded", "Deleting: " .. message(stalled))
+  end
+  -- destroyOnFinalize: the Stacks depending on this one (prerequisites,
+  -- exports they read) are deleted first.
+  if isTrue(reconciling) and reconciling.reason == "DependentsExist" then
+    local msg = "Deleting: " .. message(reconciling)
+    if current ~= nil then msg = msg .. "; meanwhile running " .. running() end
+    return result("Progressing", msg)
   end
   if current ~= nil then
     local msg = "Deleting: running " .. running()
@@ -212,7 +220,7 @@ end
 -- a Stack stalled by failed or conflicting updates; other stalls need a fix
 -- and are reported as such.
 local request = text(annotations["pulumi.com/reconciliation-request"])
-local requestRuns = {UpdateFailed = true, UpdateConflict = true}
+local requestRuns = {UpdateFailed = true, UpdateConflict = true, ExportFailed = true}
 if request ~= nil and request ~= "" and request ~= text(status.observedReconcileRequest)
   and (lastUpdate == nil or request ~= text(lastUpdate.reconcileRequest))
   and not (isTrue(stalled) and not requestRuns[text(stalled.reason) or ""]) then
@@ -220,6 +228,20 @@ if request ~= nil and request ~= "" and request ~= text(status.observedReconcile
 end
 
 if isTrue(stalled) then
+  -- Up to date, but the outputs of the last update were refused
+  -- (spec.exports): what reads them reads an older update's values.
+  if stalled.reason == "ExportFailed" then
+    local reason = nil
+    if exports ~= nil then reason = text(exports.reason) end
+    local out = "Export failed"
+    if reason ~= nil and reason ~= "" then out = out .. " (" .. reason .. ")" end
+    return result("Degraded", out .. ": " .. message(stalled))
+  end
+  -- The operator's message starts "dependency cycle: ".
+  if stalled.reason == "DependencyCycle" and S ~= nil then
+    local rest = S.match(message(stalled), "^dependency cycle: (.*)$")
+    if rest ~= nil then return result("Degraded", "Dependency cycle: " .. rest) end
+  end
   return result("Degraded", labelled("Stalled", stalled))
 end
 
@@ -287,7 +309,17 @@ if isTrue(ready) then
   end
   local rev = text(lastUpdate.lastSuccessfulCommit)
   if rev == nil or rev == "" then rev = text(lastUpdate.lastAttemptedCommit) end
-  return result("Healthy", "Last " .. typ .. " succeeded at " .. short(rev))
+  local msg = "Last " .. typ .. " succeeded at " .. short(rev)
+  -- spec.exports: the objects holding this update's outputs.
+  if exports ~= nil and (text(exports.reason) or "") == "" and text(exports.update) ~= nil
+    and text(exports.update) == text(lastUpdate.name) then
+    local objs = {}
+    local cm, sec = tbl(exports.configMap), tbl(exports.secret)
+    if cm ~= nil and text(cm.name) ~= nil then table.insert(objs, "ConfigMap " .. text(cm.name)) end
+    if sec ~= nil and text(sec.name) ~= nil then table.insert(objs, "Secret " .. text(sec.name)) end
+    if #objs > 0 then msg = msg .. "; outputs exported to " .. table.concat(objs, " and ") end
+  end
+  return result("Healthy", msg)
 end
 
 if ready ~= nil then
