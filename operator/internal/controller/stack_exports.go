@@ -71,14 +71,14 @@ func (r *StackReconciler) reconcileExports(ctx context.Context, sc *stackScope) 
 	}
 	e := s.Spec.Exports
 	if e.ConfigMap != nil {
-		obj := &pulumiv1.ExportedObject{Name: e.ConfigMap.Name, Hash: export.Hash(data.ConfigMap)}
+		obj := &pulumiv1.ExportedObject{Name: e.ConfigMap.Name, Hash: export.Hash(nil, data.ConfigMap)}
 		if err := r.writeExport(ctx, s, &corev1.ConfigMap{}, e.ConfigMap, data.ConfigMap, obj.Hash); err != nil {
 			return r.exportFailure(s, rec, name, err)
 		}
 		rec.ConfigMap = obj
 	}
 	if e.Secret != nil {
-		obj := &pulumiv1.ExportedObject{Name: e.Secret.Name, Hash: export.Hash(data.Secret)}
+		obj := &pulumiv1.ExportedObject{Name: e.Secret.Name, Hash: export.Hash(r.DigestKey, data.Secret)}
 		if err := r.writeExport(ctx, s, &corev1.Secret{}, e.Secret, data.Secret, obj.Hash); err != nil {
 			return r.exportFailure(s, rec, name, err)
 		}

@@ -2,6 +2,7 @@ package export
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -118,14 +119,21 @@ func text(v any) (string, error) {
 
 // Hash is the content hash of an object's data (sorted keys, each key and
 // value length-prefixed), for an annotation a consumer's rollout follows:
-// equal data, equal hash, whatever the order the data was built in.
-func Hash(data map[string]string) string {
+// equal data, equal hash, whatever the order the data was built in. With a
+// key it is an HMAC-SHA256, for a Secret's data: its hash, shown in the
+// Stack's status and events to whoever reads Stacks, then reveals nothing
+// of a guessable value without the key; without one a plain SHA-256, which
+// anyone reading the ConfigMap can recompute.
+func Hash(key []byte, data map[string]string) string {
 	keys := make([]string, 0, len(data))
 	for k := range data {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	h := sha256.New()
+	if key != nil {
+		h = hmac.New(sha256.New, key)
+	}
 	for _, k := range keys {
 		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(data[k]), data[k])
 	}

@@ -71,17 +71,22 @@ func TestRender(t *testing.T) {
 }
 
 func TestHash(t *testing.T) {
-	a := Hash(map[string]string{"a": "1", "b": "2"})
-	if b := Hash(map[string]string{"b": "2", "a": "1"}); a != b {
+	a := Hash(nil, map[string]string{"a": "1", "b": "2"})
+	if b := Hash(nil, map[string]string{"b": "2", "a": "1"}); a != b {
 		t.Fatal("the hash depends on the map's order")
 	}
 	for _, other := range []map[string]string{{"a": "1", "b": "3"}, {"a": "1"}, {"a": "12", "b": ""}, {"a1": "", "b": "2"}} {
-		if Hash(other) == a {
+		if Hash(nil, other) == a {
 			t.Errorf("%v hashes like {a:1 b:2}", other)
 		}
 	}
 	if len(a) != 64 {
 		t.Errorf("hash %q", a)
+	}
+	keyed := Hash([]byte("k1"), map[string]string{"a": "1", "b": "2"})
+	if keyed == a || len(keyed) != 64 || Hash([]byte("k2"), map[string]string{"a": "1", "b": "2"}) == keyed ||
+		Hash([]byte("k1"), map[string]string{"b": "2", "a": "1"}) != keyed {
+		t.Errorf("keyed hash %q: want one per key, stable, unlike the plain %q", keyed, a)
 	}
 }
 

@@ -253,7 +253,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 		t.Errorf("ConfigMap data %v; want %v", cm.Data, wantCM)
 	}
 	if cm.Labels["team"] != "network" || cm.Annotations["owner"] != "platform" || cm.Annotations[pulumiv1.ExportedByAnnotation] != "net" ||
-		cm.Annotations[pulumiv1.ContentHashAnnotation] != export.Hash(wantCM) || net.Status.Exports.ConfigMap.Hash != export.Hash(wantCM) {
+		cm.Annotations[pulumiv1.ContentHashAnnotation] != export.Hash(nil, wantCM) || net.Status.Exports.ConfigMap.Hash != export.Hash(nil, wantCM) {
 		t.Errorf("ConfigMap labels %v, annotations %v, status %+v", cm.Labels, cm.Annotations, net.Status.Exports.ConfigMap)
 	}
 	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != net.UID || cm.OwnerReferences[0].Controller == nil || !*cm.OwnerReferences[0].Controller {

@@ -247,8 +247,10 @@ const (
 	// ExportedByAnnotation names the Stack that wrote an exported object:
 	// a Stack overwrites only objects that name it.
 	ExportedByAnnotation = "stackflow.io/exported-by"
-	// ContentHashAnnotation is the SHA-256 of an exported object's data
-	// (sorted keys), for a consumer that rolls when the values change.
+	// ContentHashAnnotation is the hash of an exported object's data, for a
+	// consumer that rolls when the values change: the SHA-256 of the
+	// ConfigMap's data, an HMAC-SHA256 keyed by the operator's digest key
+	// for the Secret's (it reveals nothing of the values).
 	ContentHashAnnotation = "stackflow.io/content-hash"
 )
 
@@ -938,7 +940,7 @@ type ExportedObject struct {
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 	// hash is the content hash of its data, as its annotation
-	// stackflow.io/content-hash holds it.
+	// stackflow.io/content-hash holds it (keyed for the Secret).
 	// +kubebuilder:validation:MaxLength=64
 	Hash string `json:"hash"`
 }
