@@ -108,6 +108,7 @@ var upstreamDisagreements = map[string][2]health.HealthStatusCode{
 	"hand/stack-drift.yaml":                        {health.HealthStatusHealthy, health.HealthStatusDegraded},
 	"captured/stack-reconcile-requested.yaml":      {health.HealthStatusHealthy, health.HealthStatusProgressing},
 	"hand/stack-request-while-update-stalled.yaml": {health.HealthStatusDegraded, health.HealthStatusProgressing},
+	"hand/stack-request-while-export-failed.yaml":  {health.HealthStatusDegraded, health.HealthStatusProgressing},
 	"hand/stack-awaiting-approval.yaml":            {health.HealthStatusProgressing, health.HealthStatusSuspended},
 }
 
