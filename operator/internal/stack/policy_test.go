@@ -247,6 +247,10 @@ func TestCheckPrerequisite(t *testing.T) {
 		{"succeeded", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK}, PrerequisiteVerdict{Satisfied: true}, ""},
 		{"succeeded within 1h", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK, Within: time.Hour}, PrerequisiteVerdict{Satisfied: true}, ""},
 		{"stale", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK, Within: 10 * time.Minute}, PrerequisiteVerdict{Resync: true}, "last succeeded 30m0s ago, more than the required 10m0s"},
+		{"exporting, exported", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK, Exports: true, ExportsCurrent: true}, PrerequisiteVerdict{Satisfied: true}, ""},
+		{"exporting, updating", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK, Exports: true, ExportsCurrent: true, Updating: true}, PrerequisiteVerdict{}, "dev is updating; its exports follow"},
+		{"exporting, not yet exported", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK, Exports: true}, PrerequisiteVerdict{}, "has not exported its last update's outputs"},
+		{"not exporting, updating (PKO's rule)", Prerequisite{Name: "dev", Found: true, LastUpdate: upOK, Updating: true}, PrerequisiteVerdict{Satisfied: true}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := CheckPrerequisite(tc.p, now)
