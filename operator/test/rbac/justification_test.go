@@ -60,12 +60,16 @@ var clusterRoleNeeds = map[string]string{
 	"secrets get": "secretsRef/envRefs/gitAuth/envSecrets of a Stack (stack_controller_source.go readInputs, gitCredentials), " +
 		"the agent token (reconcileToken, update_controller.go), outputs (stack_updates.go readOutputs), " +
 		"redaction of a workspace pod's message (podruntime.go secretValues), the local runtime's env (local.go), the inputs digest key (operator.go)",
-	"secrets create": "the agent token Secret (reconcileToken), the immutable outputs Secret of an Update (writeOutputs), the inputs digest key (operator.go inputsDigestKey)",
+	"secrets create": "the agent token Secret (reconcileToken), the immutable outputs Secret of an Update (writeOutputs), the inputs digest key (operator.go inputsDigestKey), " +
+		"a Stack's exported Secret (stack_exports.go writeExport)",
+	"secrets update": "a Stack's exported Secret holds its last update's outputs (writeExport; only a Secret the Stack created, by its stackflow.io/exported-by annotation)",
 
 	// ConfigMaps: referenced by Stacks; a change wakes the Stack.
-	"configmaps get":   "configRef and envs of a Stack (readInputs, cache); the local runtime's env (local.go, API reader)",
-	"configmaps list":  "the ConfigMap informer of the Stack controller's watch (a referenced ConfigMap appearing or changing wakes the Stack)",
-	"configmaps watch": "the ConfigMap informer",
+	"configmaps get":    "configRef and envs of a Stack (readInputs, cache); the local runtime's env (local.go, API reader)",
+	"configmaps list":   "the ConfigMap informer of the Stack controller's watch (a referenced ConfigMap appearing or changing wakes the Stack)",
+	"configmaps watch":  "the ConfigMap informer",
+	"configmaps create": "a Stack's exported ConfigMap (spec.exports, stack_exports.go writeExport)",
+	"configmaps update": "a Stack's exported ConfigMap holds its last update's outputs (writeExport; only one the Stack created)",
 
 	// The pod runtime (workspace/podruntime.go): no delete, the garbage
 	// collector removes the owned StatefulSet and Service.
@@ -187,11 +191,14 @@ func TestEveryVerbJustified(t *testing.T) {
 	}
 	checkJustified(t, metricsAuthFile, grants(t, ma[0].Rules), metricsAuthNeeds)
 
-	// The point of the exercise, stated on its own.
+	// The point of the exercise, stated on its own. The one Secret the
+	// operator changes is a Stack's export (update, never patch or
+	// delete), and only one it created (writeExport checks the
+	// stackflow.io/exported-by annotation before writing).
 	g := grants(t, cluster[0].Rules)
-	for _, v := range []string{"list", "watch", "update", "patch", "delete"} {
+	for _, v := range []string{"list", "watch", "patch", "delete"} {
 		if g["secrets "+v] {
-			t.Errorf("the ClusterRole grants secrets %s: the operator reads Secrets by name only and never changes one", v)
+			t.Errorf("the ClusterRole grants secrets %s: the operator reads Secrets by name only and changes none but the exports it created", v)
 		}
 	}
 }

@@ -46,6 +46,7 @@ resources:
       content: ${content}-${fromConfigMap}-${password}
 outputs:
   content: ${rec.content}
+  name: ${recordName}
 `
 
 func stackConfig(kv ...string) map[string]apiextensionsv1.JSON {
@@ -95,7 +96,8 @@ func mutate(t *testing.T, c client.Client, obj client.Object, change func()) {
 // TestStackLifecycleAsServiceAccount runs the operator (local runtime) as its
 // ServiceAccount with only the generated roles, through a Stack's lifecycle:
 // created and Ready with its outputs Secret written, a spec change
-// redeployed, a rotated Secret redeployed (Secrets are polled, not watched),
+// redeployed, a rotated Secret redeployed (Secrets are polled, not watched)
+// and its outputs exported to a ConfigMap and a Secret (created, updated),
 // deleted with destroyOnFinalize. The API server refuses the operator
 // nothing, and the ServiceAccount may not list Secrets.
 func TestStackLifecycleAsServiceAccount(t *testing.T) {
@@ -134,6 +136,10 @@ func TestStackLifecycleAsServiceAccount(t *testing.T) {
 		ConfigRef: map[string]pulumiv1.ConfigMapRef{"fromConfigMap": {Name: "app", Key: "value"}},
 		SecretRefs: map[string]pulumiv1.ResourceRef{"password": {SelectorType: pulumiv1.ResourceSelectorSecret,
 			ResourceSelector: pulumiv1.ResourceSelector{SecretRef: &pulumiv1.SecretSelector{Name: "db", Key: "password"}}}},
+		Exports: &pulumiv1.StackExports{
+			ConfigMap: &pulumiv1.ExportObject{Name: "least-out", Keys: []pulumiv1.ExportKey{{Key: "NAME", Output: "name"}}},
+			Secret:    &pulumiv1.ExportObject{Name: "least-secrets", Keys: []pulumiv1.ExportKey{{Key: "CONTENT", Output: "content"}}},
+		},
 	}}
 	if err := cp.Client.Create(ctx, s); err != nil {
 		t.Fatal(err)
@@ -167,6 +173,19 @@ func TestStackLifecycleAsServiceAccount(t *testing.T) {
 	// A rotated Secret is deployed without a watch on Secrets.
 	mutate(t, cp.Client, sec, func() { sec.Data = map[string][]byte{"password": []byte("pw2")} })
 	waitStack(t, cp.Client, s, 3*time.Minute, "redeployed with the rotated Secret", record("v2-cm1-pw2"))
+
+	// The exports were created, then updated, by the operator.
+	waitStack(t, cp.Client, s, time.Minute, "exported the rotated output", func(st *pulumiv1.Stack) bool {
+		return st.Status.Exports != nil && st.Status.Exports.Update == st.Status.LastUpdate.Name && st.Status.Exports.Reason == ""
+	})
+	var exported corev1.Secret
+	var exportedCM corev1.ConfigMap
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "least-secrets"}, &exported); err != nil || string(exported.Data["CONTENT"]) != "v2-cm1-pw2" {
+		t.Fatalf("exported Secret: %v", err)
+	}
+	if err := cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "least-out"}, &exportedCM); err != nil || exportedCM.Data["NAME"] != "least" {
+		t.Fatalf("exported ConfigMap %v: %v", exportedCM.Data, err)
+	}
 
 	// The Lease shows the replica led as the ServiceAccount.
 	var lease coordinationv1.Lease
