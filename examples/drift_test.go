@@ -373,7 +373,7 @@ func readme(t testing.TB, example string) string {
 // file may be named with <env> or <stage>).
 func TestREADMEsNameEveryFile(t *testing.T) {
 	generic := regexp.MustCompile(`^(environments|manifests)/(dev|test|prod|preview)/`)
-	for _, example := range []string{"argocd", "kargo"} {
+	for _, example := range []string{"argocd", "kargo", "chain"} {
 		text := readme(t, example)
 		root := filepath.Join(examplesDir(), example)
 		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {

@@ -26,8 +26,9 @@ var api struct {
 // exampleNamespaces are the namespaces the examples' objects name. They
 // must exist for a dry run of a namespaced object (Argo CD would create
 // infra and kargo-demo-stacks with CreateNamespace=true, Kargo creates
-// kargo-demo for its Project, the argocd namespace comes with Argo CD).
-var exampleNamespaces = []string{"argocd", "infra", "kargo-demo", "kargo-demo-stacks"}
+// kargo-demo for its Project, the argocd namespace comes with Argo CD;
+// examples/chain applies its own chain first).
+var exampleNamespaces = []string{"argocd", "infra", "kargo-demo", "kargo-demo-stacks", "chain"}
 
 // kargoDir is Kargo v1.11.2's reference data (CRDs, step schemas): the
 // parent of its source (../shared/kargo beside the repository root, or
