@@ -12,19 +12,19 @@ import (
 // or the last update was not a successful up or refresh, the two that make
 // outputs), else pending, refused or exported.
 //
-// It restates the operator's rule, stack.ExportDue and stack.ExportFailed
-// (operator/internal/stack/exports.go), on the API types: Go's internal rule
-// keeps operator/internal out of analysis/. Change both together.
+// It reads the operator's own rule (Stack.ExportDue, Stack.ExportFailed in
+// the API package).
 func exportState(s *pulumiv1.Stack) string {
-	lu, e := s.Status.LastUpdate, s.Status.Exports
+	lu := s.Status.LastUpdate
 	switch {
 	case s.Spec.Exports == nil || lu == nil || lu.State != pulumiv1.SucceededStackStateMessage ||
 		lu.Type != autov1alpha1.UpType && lu.Type != autov1alpha1.RefreshType:
 		return ""
-	case e == nil || e.Update != lu.Name:
-		return ExportStatePending
-	case e.Reason != "":
+	case s.ExportFailed():
 		return ExportStateRefused
+	}
+	if _, due := s.ExportDue(); due {
+		return ExportStatePending
 	}
 	return ExportStateExported
 }

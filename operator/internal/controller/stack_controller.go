@@ -172,7 +172,7 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, sc *stackScope)
 		if err := r.reclaimWorkspace(ctx, s); err != nil {
 			return err
 		}
-		if stack.ExportFailed(s) {
+		if s.ExportFailed() {
 			// Up to date, but what reads its exports reads an older
 			// update's values: the user must act (or the next update
 			// exports again).
@@ -215,7 +215,7 @@ func (r *StackReconciler) reconcilePrerequisites(ctx context.Context, sc *stackS
 			return err
 		}
 		pr := stack.Prerequisite{Name: p.Name, Found: err == nil, LastUpdate: other.Status.LastUpdate,
-			Exports: other.Spec.Exports != nil, ExportsCurrent: stack.ExportsCurrent(&other),
+			Exports: other.Spec.Exports != nil, ExportsCurrent: other.ExportsCurrent(),
 			Updating: other.Status.CurrentUpdate != nil && other.Status.CurrentUpdate.Purpose != pulumiv1.UpdatePurposeDriftCheck}
 		if p.Requirement != nil && p.Requirement.SucceededWithinDuration != nil {
 			pr.Within = p.Requirement.SucceededWithinDuration.Duration

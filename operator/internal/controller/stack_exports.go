@@ -25,7 +25,7 @@ import (
 )
 
 // reconcileExports writes the outputs of the last successful up or refresh
-// to the objects spec.exports names, once per update (stack.ExportDue). The
+// to the objects spec.exports names, once per update (Stack.ExportDue). The
 // Update, and with it its outputs Secret, is kept until its export is
 // recorded (releaseUpdates), so a failed write is retried — returned as a
 // transient error, shown in Reconciling — and never lost. A refusal (the
@@ -39,7 +39,7 @@ func (r *StackReconciler) reconcileExports(ctx context.Context, sc *stackScope) 
 		s.Status.Exports = nil
 		return nil
 	}
-	name, due := stack.ExportDue(s)
+	name, due := s.ExportDue()
 	if !due {
 		return nil
 	}
@@ -225,7 +225,7 @@ func exportOwners(refs []metav1.OwnerReference, s *pulumiv1.Stack) []metav1.Owne
 // exportDueFor: u is the update whose outputs the Stack has still to export
 // (it is kept until then).
 func exportDueFor(s *pulumiv1.Stack, u *autov1alpha1.Update) bool {
-	name, due := stack.ExportDue(s)
+	name, due := s.ExportDue()
 	return due && name == u.Name
 }
 

@@ -127,9 +127,9 @@ func TestExportDue(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &pulumiv1.Stack{Spec: pulumiv1.StackSpec{Exports: tc.spec}, Status: pulumiv1.StackStatus{LastUpdate: tc.last, Exports: tc.status}}
-			due, ok := ExportDue(s)
-			if due != tc.due || ok != (tc.due != "") || ExportFailed(s) != tc.failed || ExportsCurrent(s) != tc.current {
-				t.Fatalf("ExportDue = %q %v, ExportFailed %v, ExportsCurrent %v; want %q, %v, %v", due, ok, ExportFailed(s), ExportsCurrent(s), tc.due, tc.failed, tc.current)
+			due, ok := s.ExportDue()
+			if due != tc.due || ok != (tc.due != "") || s.ExportFailed() != tc.failed || s.ExportsCurrent() != tc.current {
+				t.Fatalf("ExportDue = %q %v, ExportFailed %v, ExportsCurrent %v; want %q, %v, %v", due, ok, s.ExportFailed(), s.ExportsCurrent(), tc.due, tc.failed, tc.current)
 			}
 		})
 	}
