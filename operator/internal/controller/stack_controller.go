@@ -64,6 +64,9 @@ type StackReconciler struct {
 	// SSHKnownHosts holds the operator's known_hosts lines (--ssh-known-hosts),
 	// verifying SSH host keys for Stacks that name no knownHosts of their own.
 	SSHKnownHosts string
+	// UpdateHistory is how many finished Updates each Stack keeps
+	// (--update-history; 0 keeps all, bounded by their TTL only).
+	UpdateHistory int
 	// GitHubAPIHosts, when set (--github-api-hosts), are the hosts a
 	// Stack's gitAuth.githubApp.apiURL may name (gitauth.CheckAPIURL); a
 	// Stack naming another is Stalled (SpecInvalid) before anything is sent.

@@ -284,6 +284,33 @@ func (r *StackReconciler) releaseUpdates(ctx context.Context, s *pulumiv1.Stack,
 			}
 		}
 	}
+	if everything {
+		return nil
+	}
+	return r.pruneUpdates(ctx, s, updates)
+}
+
+// DefaultUpdateHistory is how many finished Updates a Stack keeps by default
+// (--update-history): a Stack that deploys every few minutes shows a short
+// list in Argo CD's tree and kubectl, not a day of them.
+const DefaultUpdateHistory = 10
+
+// pruneUpdates deletes a Stack's finished, recorded Updates beyond the
+// newest UpdateHistory (their TTL bounds their age; this bounds their
+// number). The Updates its status names — the last, the current, the drift
+// check, the plan's preview and apply, the export's — are kept whatever
+// their number, and so is one whose export is due.
+func (r *StackReconciler) pruneUpdates(ctx context.Context, s *pulumiv1.Stack, updates []autov1alpha1.Update) error {
+	limit := r.UpdateHistory
+	if limit <= 0 {
+		return nil
+	}
+	for _, name := range stack.PrunableUpdates(s, updates, limit) {
+		u := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name}}
+		if err := r.Delete(ctx, u); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete update %s beyond the history of %d: %w", name, limit, err)
+		}
+	}
 	return nil
 }
 

@@ -121,6 +121,9 @@ type Options struct {
 	// Secrets it refers to (default controller.DefaultSecretPoll): Secrets
 	// are read by name from the API server, never listed or watched.
 	SecretPollInterval time.Duration
+	// UpdateHistory is how many finished Updates each Stack keeps
+	// (controller.DefaultUpdateHistory when 0; negative keeps all).
+	UpdateHistory int
 	// InputsDigestKey keys the digests of the values Stacks read from
 	// ConfigMaps and Secrets (status.lastUpdate.inputsDigest). When empty,
 	// Setup reads it from the Secret InputsDigestKeySecret in
@@ -258,7 +261,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	stacks := &controller.StackReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
 		ResyncOverride: opts.StackResyncOverride, Git: git, DigestKey: key, SSHKnownHosts: opts.SSHKnownHosts,
-		SecretPollInterval: opts.SecretPollInterval, GitHubAPIHosts: opts.GitHubAPIHosts,
+		SecretPollInterval: opts.SecretPollInterval, GitHubAPIHosts: opts.GitHubAPIHosts, UpdateHistory: updateHistory(opts.UpdateHistory),
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)
@@ -545,4 +548,16 @@ func CacheOptions(namespaces []string) cache.Options {
 	}
 	opts.DefaultNamespaces = m
 	return opts
+}
+
+// updateHistory is the Stack controller's history limit for opts'
+// UpdateHistory: the default for 0, none (0) for a negative one.
+func updateHistory(n int) int {
+	switch {
+	case n == 0:
+		return controller.DefaultUpdateHistory
+	case n < 0:
+		return 0
+	}
+	return n
 }

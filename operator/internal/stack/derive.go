@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
@@ -441,4 +442,55 @@ func canonicalJSON(raw []byte) *apiextensionsv1.JSON {
 	}
 	b, _ := json.Marshal(v)
 	return &apiextensionsv1.JSON{Raw: b}
+}
+
+// PrunableUpdates names the Updates of a Stack that a history of limit
+// finished Updates leaves out: finished, recorded (numbered at most
+// status.updateSequence), released of their result finalizer, not deleted
+// yet, not named by the Stack's status (last, current, drift check, plan
+// preview and apply, export) — the oldest first, beyond the newest limit of
+// the finished ones.
+func PrunableUpdates(s *pulumiv1.Stack, updates []autov1alpha1.Update, limit int) []string {
+	kept := map[string]bool{}
+	st := s.Status
+	if st.LastUpdate != nil {
+		kept[st.LastUpdate.Name] = true
+	}
+	if st.CurrentUpdate != nil {
+		kept[st.CurrentUpdate.Name] = true
+	}
+	if st.DriftCheck != nil {
+		kept[st.DriftCheck.Update] = true
+	}
+	if st.Plan != nil {
+		kept[st.Plan.Update], kept[st.Plan.ApplyUpdate] = true, true
+	}
+	if st.Exports != nil {
+		kept[st.Exports.Update] = true
+	}
+	type numbered struct {
+		name string
+		n    int64
+		held bool
+	}
+	var finished []numbered
+	for i := range updates {
+		u := &updates[i]
+		n, err := strconv.ParseInt(u.Annotations[AnnotationNumber], 10, 64)
+		if err != nil || n > st.UpdateSequence || !u.DeletionTimestamp.IsZero() ||
+			!apimeta.IsStatusConditionTrue(u.Status.Conditions, autov1alpha1.UpdateConditionTypeComplete) {
+			continue
+		}
+		finished = append(finished, numbered{u.Name, n, slices.Contains(u.Finalizers, ResultFinalizer)})
+	}
+	sort.Slice(finished, func(i, j int) bool { return finished[i].n > finished[j].n })
+	var prune []string
+	for i := len(finished) - 1; i >= limit; i-- {
+		name := finished[i].name
+		if kept[name] || finished[i].held {
+			continue
+		}
+		prune = append(prune, name)
+	}
+	return prune
 }
