@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/controller"
 	"github.com/stackflow-io/stackflow/operator/internal/gitauth"
 	"github.com/stackflow-io/stackflow/operator/internal/gitremote"
@@ -33,12 +35,14 @@ type config struct {
 	agentEnv          string
 	webhookSecretFile string
 	watchNamespaces   string
-	workspaceAuth     string
-	podSecurity       string
-	sshKnownHostsFile string
-	githubAPIHosts    string
-	gitListingBytes   gitremote.ByteSize
-	gitFetchBytes     gitremote.ByteSize
+	// watchLabelSelector is --watch-label-selector, parsed by resolve.
+	watchLabelSelector string
+	workspaceAuth      string
+	podSecurity        string
+	sshKnownHostsFile  string
+	githubAPIHosts     string
+	gitListingBytes    gitremote.ByteSize
+	gitFetchBytes      gitremote.ByteSize
 }
 
 // parseFlags parses args (without the program name) into a config.
@@ -82,6 +86,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.DurationVar(&opts.WorkspacePrepareTimeout, "workspace-prepare-timeout", 0, "the longest a workspace agent may take to prepare a revision — the git fetch or artifact download and pulumi install, at start and for each in-place checkout — passed to agents as --prepare-timeout; one still running then fails (SourceUnavailable while fetching, InstallationFailed while installing, with the install's last output line, redacted), stalling the Workspace, which asks again after a minute (0: the agent's default, 15m)")
 	fs.StringVar(&c.sshKnownHostsFile, "ssh-known-hosts", "", "known_hosts file (OpenSSH format, e.g. from ssh-keyscan) verifying the host keys of SSH git servers for every Stack whose spec.gitAuth.sshAuth.knownHosts is unset, in branch resolution and in workspace clones (both runtimes); without it and without knownHosts, SSH sources fail: host keys are never accepted unverified")
 	fs.StringVar(&c.githubAPIHosts, "github-api-hosts", "", "comma-separated GitHub Enterprise Server hosts (host or host:port; port 443 when none) that a Stack's spec.gitAuth.githubApp.apiURL may name besides api.github.com, e.g. ghe.example.com; passed to agents. A Stack naming another host is Stalled (SpecInvalid) before any request is sent, and an agent refuses it. An apiURL must in any case be https, with an empty path or one ending in /api/v3, and no user info, query or fragment; an unset apiURL is GitHub.com's API")
+	fs.StringVar(&c.watchLabelSelector, "watch-label-selector", "", "run as one shard: reconcile only the Stacks, Programs, Workspaces and Updates this label selector selects, e.g. "+pulumiv1.ShardLabel+"=shard1 (one Deployment per shard, each with its own --leader-elect-id), and \"!"+pulumiv1.ShardLabel+"\" for the default shard of unlabelled objects. The operator labels a Stack's Workspace and Updates as the Stack; relabelling a Stack hands it over once its running update ends. Default: everything")
 	fs.StringVar(&c.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default: all); limits caches, RBAC needs and reconciles")
 	fs.StringVar(&c.metrics.Addr, "metrics-bind-address", ":8080", "address serving Prometheus metrics at /metrics, on every replica (0 disables)")
 	fs.StringVar(&c.metrics.Auth, "metrics-auth", operator.MetricsAuthKube, `who may read /metrics: "kube" (HTTPS; a bearer token passing a TokenReview whose user may get the non-resource URL /metrics, e.g. bound to the ClusterRole stackflow-metrics-reader) or "none" (plain HTTP, anyone)`)
@@ -91,6 +96,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.BoolVar(&c.leaderElect.Enabled, "leader-elect", false, "elect a leader through the Lease "+operator.LeaderElectionID+", for more than one replica (only the leader reconciles; every replica serves artifacts and probes)")
 	fs.StringVar(&c.leaderElect.Namespace, "leader-elect-namespace", "", "namespace of the leader election Lease (default in a cluster: the pod's namespace; required outside one)")
 	fs.StringVar(&c.leaderElect.Identity, "leader-elect-identity", "", "this replica's name in the Lease's holderIdentity (default: <hostname>_<random UUID>; e.g. the pod name from the downward API)")
+	fs.StringVar(&c.leaderElect.ID, "leader-elect-id", operator.LeaderElectionID, "name of the leader election Lease: one per shard (see --watch-label-selector)")
 	fs.DurationVar(&c.leaderElect.LeaseDuration, "leader-elect-lease-duration", operator.DefaultLeaseDuration, "how long followers wait after the leader's last renewal before taking over (a crashed leader; a clean shutdown hands over at once)")
 	fs.DurationVar(&c.leaderElect.RenewDeadline, "leader-elect-renew-deadline", operator.DefaultRenewDeadline, "how long the leader retries renewing the Lease before it stops leading and exits (less than the lease duration)")
 	fs.DurationVar(&c.leaderElect.RetryPeriod, "leader-elect-retry-period", operator.DefaultRetryPeriod, "interval between attempts to acquire or renew the Lease")
@@ -143,6 +149,14 @@ func (c *config) resolve(log logr.Logger) error {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			c.opts.AgentEnv[k] = v
 		}
+	}
+	c.opts.WatchLabelSelector = nil
+	if c.watchLabelSelector != "" {
+		sel, err := labels.Parse(c.watchLabelSelector)
+		if err != nil {
+			return fmt.Errorf("--watch-label-selector=%q: %v (e.g. %s=shard1, or !%s)", c.watchLabelSelector, err, pulumiv1.ShardLabel, pulumiv1.ShardLabel)
+		}
+		c.opts.WatchLabelSelector = sel
 	}
 	c.opts.WatchNamespaces = nil
 	for _, ns := range strings.Split(c.watchNamespaces, ",") {

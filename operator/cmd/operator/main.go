@@ -30,7 +30,7 @@ func main() {
 	ctx := ctrl.SetupSignalHandler()
 	mgrOpts := ctrl.Options{
 		Scheme: operator.Scheme(),
-		Cache:  operator.CacheOptions(opts.WatchNamespaces),
+		Cache:  operator.CacheOptionsFor(opts),
 		// Deprecated because a manager may live shorter than its process;
 		// this one does not (see operator.EventBroadcaster).
 		EventBroadcaster: operator.EventBroadcaster(), //nolint:staticcheck
@@ -70,7 +70,7 @@ func main() {
 	if leaderElect.Enabled {
 		go func() {
 			<-mgr.Elected()
-			log.Info("Leading", "lease", mgrOpts.LeaderElectionNamespace+"/"+operator.LeaderElectionID, "identity", identity)
+			log.Info("Leading", "lease", mgrOpts.LeaderElectionNamespace+"/"+leaderElect.LeaseName(), "identity", identity)
 		}()
 	}
 	log.Info("Starting the operator", "runtime", opts.Runtime, "leaderElection", leaderElect.Enabled, "identity", identity, "artifactAddr", op.ArtifactAddr)

@@ -175,6 +175,9 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, sc *stackScope)
 		if err := r.reclaimWorkspace(ctx, s); err != nil {
 			return err
 		}
+		if err := r.keepWorkspaceInShard(ctx, s); err != nil {
+			return err
+		}
 		if s.ExportFailed() {
 			// Up to date, but what reads its exports reads an older
 			// update's values: the user must act (or the next update
@@ -265,6 +268,11 @@ func (r *StackReconciler) reconcileWorkspace(ctx context.Context, sc *stackScope
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), &cur)
 	switch {
 	case apierrors.IsNotFound(err):
+		// Not in this shard's cache: a Workspace of the Stack's former
+		// shard is taken over (stack_shard.go).
+		if err := r.workspaceElsewhere(ctx, s); err != nil {
+			return err
+		}
 		if err := r.Create(ctx, want); err != nil {
 			return createError(s, "workspace", err)
 		}

@@ -112,6 +112,11 @@ func (r *StackReconciler) reconcileCurrentUpdate(ctx context.Context, sc *stackS
 	var u autov1alpha1.Update
 	err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: cu.Name}, &u)
 	if apierrors.IsNotFound(err) {
+		// Not in this shard's cache: running or ended under the Stack's
+		// former shard (stack_shard.go).
+		if err := r.currentUpdateElsewhere(ctx, s, cu.Name); err != nil {
+			return err
+		}
 		// The result finalizer keeps an Update until it is recorded: only a
 		// forced removal gets here. Decide again.
 		log.FromContext(ctx).Info("The current update is gone without a result; deciding again", "update", cu.Name)

@@ -50,6 +50,17 @@ type LeaderElection struct {
 	RenewDeadline time.Duration
 	// RetryPeriod is the interval between attempts to acquire or renew.
 	RetryPeriod time.Duration
+	// ID names the Lease (default LeaderElectionID). Each shard
+	// (--watch-label-selector) elects its own leader, so names its own.
+	ID string
+}
+
+// LeaseName is the Lease the replicas elect their leader through.
+func (le LeaderElection) LeaseName() string {
+	if le.ID != "" {
+		return le.ID
+	}
+	return LeaderElectionID
 }
 
 // Validate checks the durations as client-go's leader elector requires them:
@@ -129,10 +140,10 @@ func (le LeaderElection) Apply(cfg *rest.Config, o *ctrl.Options) (string, error
 		return "", fmt.Errorf("leader election client: %w", err)
 	}
 	o.LeaderElection = true
-	o.LeaderElectionID = LeaderElectionID
+	o.LeaderElectionID = le.LeaseName()
 	o.LeaderElectionNamespace = ns
 	o.LeaderElectionResourceLockInterface = &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: LeaderElectionID},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: le.LeaseName()},
 		Client:     leases,
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 	}

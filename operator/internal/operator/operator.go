@@ -107,6 +107,12 @@ type Options struct {
 	// WatchNamespaces are the namespaces the operator serves (see
 	// CacheOptions); main uses it for the manager, Setup does not.
 	WatchNamespaces []string
+	// WatchLabelSelector, when set, makes this operator one shard: it
+	// caches, and so reconciles, only the Stacks, Programs, Workspaces and
+	// Updates the selector selects (--watch-label-selector, e.g.
+	// "sharding.stackflow.io/key=shard1", or
+	// "!sharding.stackflow.io/key" for the default shard). See CacheOptionsFor.
+	WatchLabelSelector labels.Selector
 	// GitPollInterval is how long a branch listing is shared by every Stack
 	// (default 1m); with the push webhook it can be relaxed to 5–10m.
 	GitPollInterval time.Duration
@@ -548,6 +554,21 @@ func CacheOptions(namespaces []string) cache.Options {
 	}
 	opts.DefaultNamespaces = m
 	return opts
+}
+
+// CacheOptionsFor is CacheOptions for opts' namespaces, with its shard's
+// label selector on the kinds a shard owns (Stack, Program, Workspace,
+// Update). PlanApprovals are not selected (people and Argo CD create them
+// unlabelled; each names its Stack), nor the ConfigMaps Stacks read.
+func CacheOptionsFor(opts Options) cache.Options {
+	c := CacheOptions(opts.WatchNamespaces)
+	if opts.WatchLabelSelector == nil || opts.WatchLabelSelector.Empty() {
+		return c
+	}
+	for _, obj := range []client.Object{&pulumiv1.Stack{}, &pulumiv1.Program{}, &autov1alpha1.Workspace{}, &autov1alpha1.Update{}} {
+		c.ByObject[obj] = cache.ByObject{Label: opts.WatchLabelSelector}
+	}
+	return c
 }
 
 // updateHistory is the Stack controller's history limit for opts'

@@ -185,7 +185,7 @@ func Workspace(s *pulumiv1.Stack, in Inputs) (*autov1alpha1.Workspace, error) {
 	}
 	create := !s.Spec.UseLocalStackOnly
 	ws := &autov1alpha1.Workspace{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, Labels: map[string]string{StackNameLabel: s.Name}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, Labels: ShardLabels(s, map[string]string{StackNameLabel: s.Name})},
 		Spec: autov1alpha1.WorkspaceSpec{
 			ServiceAccountName: s.Spec.ServiceAccountName,
 			Env:                append(env, cfgEnv...),
@@ -276,7 +276,7 @@ func Update(s *pulumiv1.Stack, p Plan) (*autov1alpha1.Update, error) {
 	message := p.Message
 	u := &autov1alpha1.Update{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: s.Namespace, Name: UpdateName(s, p.Number), Labels: map[string]string{StackNameLabel: s.Name},
+			Namespace: s.Namespace, Name: UpdateName(s, p.Number), Labels: ShardLabels(s, map[string]string{StackNameLabel: s.Name}),
 			Finalizers: []string{ResultFinalizer},
 		},
 		Spec: autov1alpha1.UpdateSpec{
@@ -493,4 +493,22 @@ func PrunableUpdates(s *pulumiv1.Stack, updates []autov1alpha1.Update, limit int
 		prune = append(prune, name)
 	}
 	return prune
+}
+
+// ShardLabels adds the Stack's shard label (pulumiv1.ShardLabel), if it has
+// one, to labels: its Workspace and Updates go to the shard the Stack goes
+// to.
+func ShardLabels(s *pulumiv1.Stack, labels map[string]string) map[string]string {
+	if v, ok := s.Labels[pulumiv1.ShardLabel]; ok {
+		labels[pulumiv1.ShardLabel] = v
+	}
+	return labels
+}
+
+// SameShard: obj is labelled for the Stack's shard (both unlabelled, or
+// with the same value).
+func SameShard(s *pulumiv1.Stack, objLabels map[string]string) bool {
+	a, aok := s.Labels[pulumiv1.ShardLabel]
+	b, bok := objLabels[pulumiv1.ShardLabel]
+	return aok == bok && a == b
 }

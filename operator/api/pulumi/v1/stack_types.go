@@ -242,6 +242,14 @@ type StackExports struct {
 	DeletionPolicy ExportDeletionPolicy `json:"deletionPolicy,omitempty"`
 }
 
+// ShardLabel assigns a Stack (with its Workspace and Updates, which the
+// operator labels alike) and a Program to the operator shard whose
+// --watch-label-selector selects it, as Flux's sharding.fluxcd.io/key does.
+// Changing it hands the Stack over: the new shard takes its Workspace and
+// Updates once no update of the old shard's is running. See
+// docs/operator.md, "Shards".
+const ShardLabel = "sharding.stackflow.io/key"
+
 // Annotations on exported objects.
 const (
 	// ExportedByAnnotation names the Stack that wrote an exported object:

@@ -38,7 +38,7 @@ func StartOperatorLogging(t testing.TB, cfg *rest.Config, opts operator.Options,
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Logger: log,
 		Scheme: operator.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:      operator.CacheOptions(opts.WatchNamespaces),
+		Cache:      operator.CacheOptionsFor(opts),
 		Controller: config.Controller{SkipNameValidation: &skip},
 		// As the operator binary's (see operator.EventBroadcaster).
 		EventBroadcaster: operator.EventBroadcaster(), //nolint:staticcheck
