@@ -196,6 +196,40 @@ func TestChartInstalls(t *testing.T) {
 			}
 		},
 	}, {
+		name:   "shards",
+		values: "operator:\n  shards: [blue, green]\n",
+		check: func(t *testing.T, c client.Client, objs []*unstructured.Unstructured, rel, ns, _, _ string) {
+			if def := args(t, objs, "Deployment/"+ns+"/"+rel+"-operator"); !strings.Contains(def, "--watch-label-selector=!sharding.stackflow.io/key") ||
+				strings.Contains(def, "--leader-elect-id=") {
+				t.Errorf("default shard args %q: want the unlabelled objects and the default Lease", def)
+			}
+			for _, sh := range []string{"blue", "green"} {
+				name := rel + "-operator-" + sh
+				got := args(t, objs, "Deployment/"+ns+"/"+name)
+				for _, want := range []string{"--watch-label-selector=sharding.stackflow.io/key=" + sh, "--leader-elect-id=stackflow-operator-" + sh + ".pulumi.com",
+					"--artifact-base-url=http://" + name + "." + ns + ".svc:9090"} {
+					if !strings.Contains(got, want) {
+						t.Errorf("shard %s args %q: want %s", sh, got, want)
+					}
+				}
+				d := find(t, objs, "Deployment/"+ns+"/"+name)
+				sel, _, _ := unstructured.NestedStringMap(d.Object, "spec", "selector", "matchLabels")
+				if sel["stackflow.io/shard"] != sh || sel["app.kubernetes.io/name"] != "stackflow-operator-shard" {
+					t.Errorf("shard %s Deployment selector %v: it must select that shard's pods only", sh, sel)
+				}
+				svc := find(t, objs, "Service/"+ns+"/"+name)
+				if ssel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector"); ssel["stackflow.io/shard"] != sh {
+					t.Errorf("shard %s Service selector %v: its artifacts are served by its own pods", sh, ssel)
+				}
+			}
+			if def := find(t, objs, "Deployment/"+ns+"/"+rel+"-operator"); true {
+				sel, _, _ := unstructured.NestedStringMap(def.Object, "spec", "selector", "matchLabels")
+				if sel["app.kubernetes.io/name"] != "stackflow-operator" || sel["stackflow.io/shard"] != "" {
+					t.Errorf("default Deployment selector %v changed: an upgrade could not apply it (selectors are immutable)", sel)
+				}
+			}
+		},
+	}, {
 		name:   "webhook",
 		values: "webhook: {enabled: true, secretName: push-secret}\n",
 		check: func(t *testing.T, c client.Client, objs []*unstructured.Unstructured, rel, ns, _, _ string) {
@@ -251,8 +285,9 @@ func TestChartInstalls(t *testing.T) {
 			}
 			np := find(t, objs, "NetworkPolicy/"+a+"/"+rel+"-workspace-agents")
 			ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
-			if got := fmt.Sprint(ingress); len(ingress) != 1 || !strings.Contains(got, "port:50051") || !strings.Contains(got, "app.kubernetes.io/name:stackflow-operator") || !strings.Contains(got, "kubernetes.io/metadata.name:"+ns) {
-				t.Errorf("workspace agents ingress %v: want only the operator pods of %s on 50051", got, ns)
+			if got := fmt.Sprint(ingress); len(ingress) != 1 || !strings.Contains(got, "port:50051") || !strings.Contains(got, "values:[stackflow-operator stackflow-operator-shard]") ||
+				!strings.Contains(got, "app.kubernetes.io/instance:"+rel) || !strings.Contains(got, "kubernetes.io/metadata.name:"+ns) {
+				t.Errorf("workspace agents ingress %v: want only the operator pods (of every shard) of %s on 50051", got, ns)
 			}
 		},
 	}, {

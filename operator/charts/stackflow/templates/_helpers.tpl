@@ -21,6 +21,30 @@ app.kubernetes.io/name: stackflow-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The pods of one operator shard: (list root shard); the default shard
+("") keeps the chart's operator selector. */}}
+{{- define "stackflow.operatorShardSelector" -}}
+{{- $root := index . 0 -}}
+{{- $shard := index . 1 -}}
+{{- if $shard -}}
+app.kubernetes.io/name: stackflow-operator-shard
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+stackflow.io/shard: {{ $shard | quote }}
+{{- else -}}
+{{ include "stackflow.operatorSelector" $root }}
+{{- end }}
+{{- end }}
+
+{{/* The pods of every operator shard, as a label selector's body. */}}
+{{- define "stackflow.anyOperatorSelector" -}}
+matchLabels:
+  app.kubernetes.io/instance: {{ .Release.Name }}
+matchExpressions:
+  - key: app.kubernetes.io/name
+    operator: In
+    values: [stackflow-operator, stackflow-operator-shard]
+{{- end }}
+
 {{- define "stackflow.analysisSelector" -}}
 app.kubernetes.io/name: stackflow-analysis
 app.kubernetes.io/instance: {{ .Release.Name }}
