@@ -75,6 +75,10 @@ type Options struct {
 	Stay bool
 	// Examples is the examples/argocd directory (default: the repository's).
 	Examples string
+	// OnSummary, when set, receives the summary as soon as it is printed
+	// (before Stay keeps everything running): --summary-json writes it
+	// then, so a script waiting for the file does not wait for Ctrl-C.
+	OnSummary func(*Summary) error
 	// ArgoCDVersion is the Argo CD build to run (default: argocd.V3).
 	ArgoCDVersion argocd.Version
 }
@@ -254,7 +258,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	sum.Stages = d.rows(ctx)
 	d.scr.Update(sum.Stages)
 	sum.Elapsed = time.Since(d.start)
-	d.summary(sum)
+	if err := d.summary(sum); err != nil {
+		return sum, err
+	}
 	if o.Stay {
 		say("everything keeps running: export KUBECONFIG=%s; kubectl get stacks -A; kubectl get applications -n argocd. Ctrl-C stops it", l.Kubeconfig)
 		select {
@@ -692,7 +698,16 @@ func stackColumns(s *pulumiv1.Stack) (commit, state, lastUpdate string, since ti
 }
 
 // summary prints the end of the run.
-func (d *demo) summary(sum *Summary) {
+func (d *demo) summary(sum *Summary) error {
+	d.printSummary(sum)
+	if d.o.OnSummary != nil {
+		return d.o.OnSummary(sum)
+	}
+	return nil
+}
+
+// printSummary prints how the run ended.
+func (d *demo) printSummary(sum *Summary) {
 	d.scr.Print()
 	w := d.o.Out
 	fmt.Fprintf(w, "\nSummary (%s):\n", formatDuration(sum.Elapsed))

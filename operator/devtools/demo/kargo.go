@@ -204,7 +204,9 @@ func (d *demo) runKargo(ctx context.Context, sum *Summary) error {
 	sum.Stages = d.rows(ctx)
 	d.scr.Update(sum.Stages)
 	sum.Elapsed = time.Since(d.start)
-	d.summary(sum)
+	if err := d.summary(sum); err != nil {
+		return err
+	}
 	if d.o.Stay {
 		say("everything keeps running: export KUBECONFIG=%s; kubectl get stages,freight,promotions -n kargo-demo; kubectl get stacks -A. Ctrl-C stops it", d.local.Kubeconfig)
 		select {

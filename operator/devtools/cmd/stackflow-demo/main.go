@@ -34,7 +34,7 @@ func main() {
 	exit := fs.Bool("exit", false, "exit after the summary instead of keeping the control plane running for kubectl")
 	plain := fs.Bool("plain", false, "print the table whenever it changes instead of redrawing it in place")
 	verbose := fs.Bool("verbose", false, "log the operator's and the analysis service's work")
-	summaryJSON := fs.String("summary-json", "", "also write the run's summary (the final table, the releases, which Argo CD and Kargo ran) as JSON to this file, for scripts")
+	summaryJSON := fs.String("summary-json", "", "also write the run's summary (the final table, the releases, which Argo CD and Kargo ran) as JSON to this file when it is printed (before the demo keeps running for kubectl), for scripts")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: stackflow-demo [flags]
 
@@ -65,19 +65,22 @@ Flags:
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sum, err := demo.Run(ctx, o)
-	if err != nil {
+	if *summaryJSON != "" {
+		// Written when the summary is printed, not at exit: with the
+		// default (no --exit) the demo keeps running after it.
+		o.OnSummary = func(sum *demo.Summary) error {
+			b, err := json.MarshalIndent(sum, "", "  ")
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(*summaryJSON, append(b, '\n'), 0o644); err != nil {
+				return fmt.Errorf("write the summary: %w", err)
+			}
+			return nil
+		}
+	}
+	if _, err := demo.Run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "stackflow-demo:", err)
 		os.Exit(1)
-	}
-	if *summaryJSON != "" {
-		b, err := json.MarshalIndent(sum, "", "  ")
-		if err == nil {
-			err = os.WriteFile(*summaryJSON, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "stackflow-demo: write the summary:", err)
-			os.Exit(1)
-		}
 	}
 }
