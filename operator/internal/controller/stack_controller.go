@@ -64,6 +64,10 @@ type StackReconciler struct {
 	// SSHKnownHosts holds the operator's known_hosts lines (--ssh-known-hosts),
 	// verifying SSH host keys for Stacks that name no knownHosts of their own.
 	SSHKnownHosts string
+	// WorkspaceIdleTimeout, when positive, removes the Workspace of an
+	// up-to-date Stack idle this long (--workspace-idle-timeout), unless
+	// the Stack sets spec.workspaceIdleTimeoutSeconds.
+	WorkspaceIdleTimeout time.Duration
 	// UpdateHistory is how many finished Updates each Stack keeps
 	// (--update-history; 0 keeps all, bounded by their TTL only).
 	UpdateHistory int
@@ -172,19 +176,34 @@ func (r *StackReconciler) reconcileDecision(ctx context.Context, sc *stackScope)
 	sc.decision = d
 	switch d.Action {
 	case stack.UpToDate:
-		if err := r.reclaimWorkspace(ctx, s); err != nil {
-			return err
-		}
-		if err := r.keepWorkspaceInShard(ctx, s); err != nil {
-			return err
+		requeue := secretPoll(s, d.RequeueAfter, r.SecretPollInterval)
+		idle, after := stack.IdleReclaim(s, r.WorkspaceIdleTimeout, r.Now())
+		switch {
+		case idle:
+			if err := r.deleteWorkspace(ctx, s); err != nil {
+				return err
+			}
+		case s.Spec.WorkspaceReclaimPolicy == pulumiv1.WorkspaceReclaimDelete:
+			if err := r.reclaimWorkspace(ctx, s); err != nil {
+				return err
+			}
+		default:
+			if after > 0 && (requeue == 0 || after < requeue) {
+				// Looked at again when the Workspace has been idle long
+				// enough to go.
+				requeue = after
+			}
+			if err := r.keepWorkspaceInShard(ctx, s); err != nil {
+				return err
+			}
 		}
 		if s.ExportFailed() {
 			// Up to date, but what reads its exports reads an older
 			// update's values: the user must act (or the next update
 			// exports again).
-			return &stallingError{reason: pulumiv1.StalledExportFailedReason, msg: s.Status.Exports.Message, requeue: secretPoll(s, d.RequeueAfter, r.SecretPollInterval)}
+			return &stallingError{reason: pulumiv1.StalledExportFailedReason, msg: s.Status.Exports.Message, requeue: requeue}
 		}
-		return upToDate(secretPoll(s, d.RequeueAfter, r.SecretPollInterval))
+		return upToDate(requeue)
 	case stack.Stall:
 		return &stallingError{reason: d.Condition, msg: d.Reason, requeue: d.RequeueAfter}
 	case stack.Retry:
@@ -329,6 +348,12 @@ func (r *StackReconciler) reclaimWorkspace(ctx context.Context, s *pulumiv1.Stac
 	if s.Spec.WorkspaceReclaimPolicy != pulumiv1.WorkspaceReclaimDelete {
 		return nil
 	}
+	return r.deleteWorkspace(ctx, s)
+}
+
+// deleteWorkspace deletes the Stack's Workspace (and so its pod), by name:
+// whichever shard's cache holds it.
+func (r *StackReconciler) deleteWorkspace(ctx context.Context, s *pulumiv1.Stack) error {
 	ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}
 	return client.IgnoreNotFound(r.Delete(ctx, ws))
 }

@@ -130,6 +130,9 @@ type Options struct {
 	// UpdateHistory is how many finished Updates each Stack keeps
 	// (controller.DefaultUpdateHistory when 0; negative keeps all).
 	UpdateHistory int
+	// WorkspaceIdleTimeout removes idle Workspaces of up-to-date Stacks
+	// (0: off; a Stack's spec.workspaceIdleTimeoutSeconds overrides it).
+	WorkspaceIdleTimeout time.Duration
 	// InputsDigestKey keys the digests of the values Stacks read from
 	// ConfigMaps and Secrets (status.lastUpdate.inputsDigest). When empty,
 	// Setup reads it from the Secret InputsDigestKeySecret in
@@ -268,6 +271,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		Client: c, Recorder: mgr.GetEventRecorderFor("stack-controller"), Workers: opts.StackWorkers,
 		ResyncOverride: opts.StackResyncOverride, Git: git, DigestKey: key, SSHKnownHosts: opts.SSHKnownHosts,
 		SecretPollInterval: opts.SecretPollInterval, GitHubAPIHosts: opts.GitHubAPIHosts, UpdateHistory: updateHistory(opts.UpdateHistory),
+		WorkspaceIdleTimeout: opts.WorkspaceIdleTimeout,
 	}
 	if err := stacks.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up stack controller: %w", err)

@@ -401,3 +401,28 @@ func CheckPrerequisite(p Prerequisite, now time.Time) PrerequisiteVerdict {
 	}
 	return PrerequisiteVerdict{Satisfied: true}
 }
+
+// IdleReclaim says whether an up-to-date Stack's Workspace has been idle
+// long enough to be removed (spec.workspaceIdleTimeoutSeconds, else
+// operatorDefault; 0 is off), and otherwise in how long it will have been
+// (0 when there is nothing to wait for). Idle is since the last update or
+// drift check ended; a Stack that never ran, or has an update in flight,
+// is never idle.
+func IdleReclaim(s *pulumiv1.Stack, operatorDefault time.Duration, now time.Time) (reclaim bool, after time.Duration) {
+	timeout := operatorDefault
+	if s.Spec.WorkspaceIdleTimeoutSeconds > 0 {
+		timeout = time.Duration(s.Spec.WorkspaceIdleTimeoutSeconds) * time.Second
+	}
+	lu := s.Status.LastUpdate
+	if timeout <= 0 || lu == nil || s.Status.CurrentUpdate != nil || s.Spec.WorkspaceReclaimPolicy == pulumiv1.WorkspaceReclaimDelete {
+		return false, 0
+	}
+	since := lu.LastResyncTime.Time
+	if dc := s.Status.DriftCheck; dc != nil && dc.LastCheckTime.After(since) {
+		since = dc.LastCheckTime.Time
+	}
+	if idle := now.Sub(since); idle < timeout {
+		return false, timeout - idle
+	}
+	return true, 0
+}

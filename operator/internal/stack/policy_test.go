@@ -260,3 +260,37 @@ func TestCheckPrerequisite(t *testing.T) {
 		})
 	}
 }
+
+func TestIdleReclaim(t *testing.T) {
+	ended := func(ago time.Duration) *pulumiv1.StackUpdateState {
+		return &pulumiv1.StackUpdateState{Name: "s-1", Type: "up", State: pulumiv1.SucceededStackStateMessage, LastResyncTime: metav1.NewTime(now.Add(-ago))}
+	}
+	for _, tc := range []struct {
+		name      string
+		spec      pulumiv1.StackSpec
+		status    pulumiv1.StackStatus
+		def       time.Duration
+		reclaim   bool
+		wantAfter time.Duration
+	}{
+		{"off", pulumiv1.StackSpec{}, pulumiv1.StackStatus{LastUpdate: ended(time.Hour)}, 0, false, 0},
+		{"operator default, idle", pulumiv1.StackSpec{}, pulumiv1.StackStatus{LastUpdate: ended(time.Hour)}, 30 * time.Minute, true, 0},
+		{"operator default, not yet", pulumiv1.StackSpec{}, pulumiv1.StackStatus{LastUpdate: ended(10 * time.Minute)}, 30 * time.Minute, false, 20 * time.Minute},
+		{"the Stack's own timeout wins", pulumiv1.StackSpec{WorkspaceIdleTimeoutSeconds: 300}, pulumiv1.StackStatus{LastUpdate: ended(10 * time.Minute)}, time.Hour, true, 0},
+		{"a recent drift check keeps it", pulumiv1.StackSpec{WorkspaceIdleTimeoutSeconds: 300},
+			pulumiv1.StackStatus{LastUpdate: ended(time.Hour), DriftCheck: &pulumiv1.DriftCheck{LastCheckTime: metav1.NewTime(now.Add(-time.Minute))}}, 0, false, 4 * time.Minute},
+		{"never ran", pulumiv1.StackSpec{WorkspaceIdleTimeoutSeconds: 300}, pulumiv1.StackStatus{}, 0, false, 0},
+		{"an update in flight", pulumiv1.StackSpec{WorkspaceIdleTimeoutSeconds: 300},
+			pulumiv1.StackStatus{LastUpdate: ended(time.Hour), CurrentUpdate: &pulumiv1.CurrentStackUpdate{Name: "s-2"}}, 0, false, 0},
+		{"reclaim Delete goes at once anyway", pulumiv1.StackSpec{WorkspaceIdleTimeoutSeconds: 300, WorkspaceReclaimPolicy: pulumiv1.WorkspaceReclaimDelete},
+			pulumiv1.StackStatus{LastUpdate: ended(time.Hour)}, 0, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &pulumiv1.Stack{Spec: tc.spec, Status: tc.status}
+			reclaim, after := IdleReclaim(s, tc.def, now)
+			if reclaim != tc.reclaim || after != tc.wantAfter {
+				t.Fatalf("IdleReclaim = %v, %s; want %v, %s", reclaim, after, tc.reclaim, tc.wantAfter)
+			}
+		})
+	}
+}

@@ -170,6 +170,17 @@ type StackSpec struct {
 	// +optional
 	WorkspaceReclaimPolicy WorkspaceReclaimPolicy `json:"workspaceReclaimPolicy,omitempty"`
 
+	// workspaceIdleTimeoutSeconds removes the Workspace (and so its pod)
+	// of an up-to-date Stack once nothing has run in it for this long; the
+	// next operation (a commit, a change, a resync, a drift check) creates
+	// it again, which costs a fresh checkout and program install. Minimum
+	// 60; 0 takes the operator's --workspace-idle-timeout (off by
+	// default). With workspaceReclaimPolicy Delete the Workspace goes at
+	// once anyway. A Stackflow extension.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == 0 || self >= 60",message="spec.workspaceIdleTimeoutSeconds must be at least 60 (or 0 for the operator's default)"
+	WorkspaceIdleTimeoutSeconds int64 `json:"workspaceIdleTimeoutSeconds,omitempty"`
+
 	// environment lists Pulumi ESC environments imported into the stack.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
