@@ -1,4 +1,4 @@
-package shards
+package fleet
 
 import (
 	"context"

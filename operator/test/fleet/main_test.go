@@ -1,4 +1,4 @@
-package shards
+package fleet
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	bin, err = os.MkdirTemp("", "stackflow-shards-bin-")
+	bin, err = os.MkdirTemp("", "stackflow-fleet-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
