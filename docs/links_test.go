@@ -169,3 +169,34 @@ func repoRoot(t *testing.T) string {
 	}
 	return filepath.Dir(dir) // this package is docs/ at the repository root
 }
+
+// TestIndexNamesEveryPage: docs/README.md links every page of docs/, and
+// each page opens with its title and a paragraph saying who it is for.
+func TestIndexNamesEveryPage(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "docs")
+	index, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob(filepath.Join(dir, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		name := filepath.Base(p)
+		if name == "README.md" {
+			continue
+		}
+		if !strings.Contains(string(index), "]("+name) {
+			t.Errorf("docs/README.md does not link %s", name)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.SplitN(string(b), "\n", 4)
+		if len(lines) < 3 || !strings.HasPrefix(lines[0], "# ") || lines[1] != "" || !strings.HasPrefix(lines[2], "For ") {
+			t.Errorf("docs/%s does not open with its title and a paragraph beginning \"For …\" (who it is for)", name)
+		}
+	}
+}
