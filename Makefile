@@ -92,7 +92,7 @@ tools: ## Build the code generator every make generate runs (controller-gen)
 	$(SUBSTRATE) controller-gen
 
 .PHONY: generate
-generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs and operator rules, and generated go.mod replace blocks
+generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs and operator rules, the API reference (docs/api), and generated go.mod replace blocks
 	./hack/kube-staging-replace.sh .
 	./hack/gen-tools-kube.sh
 	./hack/gen-tools-pulumi.sh
@@ -106,11 +106,12 @@ generate: tools ## Regenerate deepcopy code, CRDs, RBAC, the Helm chart's CRDs a
 	go run ./hack/chartgen
 	./hack/gen-proto.sh
 	go run ./argocd-health/cmd/gen
+	go run ./hack/apidocs
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files differ from what is committed
-	@if [ -n "$$(git status --porcelain -- operator/api operator/proto operator/config operator/charts argocd-health/install hack/tools go.mod go.sum)" ]; then \
-	  git status --porcelain -- operator/api $(CRD_DIR) operator/charts hack/tools; git --no-pager diff --stat -- operator/api operator/proto operator/config operator/charts argocd-health/install; \
+	@if [ -n "$$(git status --porcelain -- operator/api operator/proto operator/config operator/charts argocd-health/install docs/api hack/tools go.mod go.sum)" ]; then \
+	  git status --porcelain -- operator/api $(CRD_DIR) operator/charts docs/api hack/tools; git --no-pager diff --stat -- operator/api operator/proto operator/config operator/charts argocd-health/install docs/api; \
 	  echo "generated files are stale: run 'make generate' and commit the result" >&2; exit 1; fi
 
 .PHONY: chart
