@@ -51,23 +51,26 @@ func (r *StackReconciler) outsideCache(ctx context.Context, key types.Namespaced
 // the cache (its event wakes the Stack). An object already labelled so is
 // one the cache has not caught up with yet.
 func (r *StackReconciler) takeOver(ctx context.Context, s *pulumiv1.Stack, obj client.Object, kind string) error {
-	if !stack.SameShard(s, obj.GetLabels()) {
-		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
-		labels := obj.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		if v, ok := s.Labels[pulumiv1.ShardLabel]; ok {
-			labels[pulumiv1.ShardLabel] = v
-		} else {
-			delete(labels, pulumiv1.ShardLabel)
-		}
-		obj.SetLabels(labels)
-		if err := r.Patch(ctx, obj, patch); err != nil {
-			return fmt.Errorf("take %s %s over from its former shard: %w", kind, obj.GetName(), err)
-		}
-		log.FromContext(ctx).Info("Took over from another shard", "kind", kind, "name", obj.GetName(), "shard", s.Labels[pulumiv1.ShardLabel])
+	if stack.SameShard(s, obj.GetLabels()) {
+		// Created or taken over moments ago: its event wakes the Stack.
+		return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, requeue: handoverWait,
+			msg: fmt.Sprintf("waiting for %s %s to reach the operator's cache", kind, obj.GetName())}
 	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if v, ok := s.Labels[pulumiv1.ShardLabel]; ok {
+		labels[pulumiv1.ShardLabel] = v
+	} else {
+		delete(labels, pulumiv1.ShardLabel)
+	}
+	obj.SetLabels(labels)
+	if err := r.Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("take %s %s over from its former shard: %w", kind, obj.GetName(), err)
+	}
+	log.FromContext(ctx).Info("Took over from another shard", "kind", kind, "name", obj.GetName(), "shard", s.Labels[pulumiv1.ShardLabel])
 	return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, requeue: handoverWait,
 		msg: fmt.Sprintf("taking %s %s over from the Stack's former shard", kind, obj.GetName())}
 }
