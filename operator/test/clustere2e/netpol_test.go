@@ -172,10 +172,29 @@ func admittedPeer(t *testing.T, policies []*networkingv1.NetworkPolicy, ns strin
 			np.Spec.Ingress[0].Ports[0].Port.IntValue() != agentPort || np.Spec.Ingress[0].From[0].PodSelector == nil {
 			t.Fatalf("workspace policy %s/%s: %+v, want one rule admitting the operator on %d", np.Namespace, np.Name, np.Spec.Ingress, agentPort)
 		}
-		return np.Spec.Ingress[0].From[0].PodSelector.MatchLabels
+		return labelsSelectedBy(t, np.Spec.Ingress[0].From[0].PodSelector)
 	}
 	t.Fatalf("no NetworkPolicy rendered for %s", ns)
 	return nil
+}
+
+// labelsSelectedBy are labels the selector selects: its matchLabels, and
+// for each In expression its first value (the chart selects the operator
+// pods of every shard: app.kubernetes.io/name In (stackflow-operator,
+// stackflow-operator-shard)).
+func labelsSelectedBy(t *testing.T, sel *metav1.LabelSelector) map[string]string {
+	t.Helper()
+	labels := map[string]string{}
+	for k, v := range sel.MatchLabels {
+		labels[k] = v
+	}
+	for _, e := range sel.MatchExpressions {
+		if e.Operator != metav1.LabelSelectorOpIn || len(e.Values) == 0 {
+			t.Fatalf("operator pod selector expression %+v: only In is expected", e)
+		}
+		labels[e.Key] = e.Values[0]
+	}
+	return labels
 }
 
 // probePod starts stackflow-netprobe (test workspace image) in ns with
