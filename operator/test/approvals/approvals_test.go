@@ -44,7 +44,7 @@ outputs:
 
 func get(t testing.TB, obj client.Object) error {
 	t.Helper()
-	return cp.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+	return suite.CP.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
 }
 
 // waitStack waits until cond holds, reporting the Stack's conditions and
@@ -91,7 +91,7 @@ func approve(t *testing.T, s *pulumiv1.Stack, name, fingerprint string, decision
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name},
 		Spec:       stackflowv1alpha1.PlanApprovalSpec{StackName: s.Name, Fingerprint: fingerprint, Decision: decision, Approver: "alice"},
 	}
-	if err := cp.Client.Create(context.Background(), a); err != nil {
+	if err := suite.CP.Client.Create(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -125,7 +125,7 @@ func cliStack(t *testing.T, e *env, repo *gitrepo.Repo, stack string) auto.Stack
 func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 	e := newEnv(t)
 	e.opts.StackResyncOverride = time.Second
-	operatortest.StartOperator(t, cp.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.opts)
 	repo := gitrepo.New(t)
 	ctx := context.Background()
 	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program, ".gitignore": "Pulumi.*.yaml\n"})
@@ -136,7 +136,7 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 		Stack: "gated", GitSource: &pulumiv1.GitSource{ProjectRepo: repo.URL(), Branch: "main"}, Config: content("one"),
 		Approval: &pulumiv1.ApprovalPolicy{Required: true},
 	}}
-	if err := cp.Client.Create(ctx, s); err != nil {
+	if err := suite.CP.Client.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 
@@ -154,7 +154,7 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 		t.Fatal("the record exists before any approval")
 	}
 	var planSecret corev1.Secret
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: p1.SecretName}, &planSecret); err != nil || len(planSecret.Data["plan.json"]) == 0 {
+	if err := suite.CP.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: p1.SecretName}, &planSecret); err != nil || len(planSecret.Data["plan.json"]) == 0 {
 		t.Fatalf("plan secret %s: %v", p1.SecretName, err)
 	}
 
@@ -250,7 +250,7 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 		t.Errorf("the new plan %+v does not create the record again", s.Status.Plan)
 	}
 	var events corev1.EventList
-	if err := cp.Client.List(ctx, &events, client.InNamespace(e.ns)); err != nil {
+	if err := suite.CP.Client.List(ctx, &events, client.InNamespace(e.ns)); err != nil {
 		t.Fatal(err)
 	}
 	staleEvents := 0
@@ -281,7 +281,7 @@ func mutate(t testing.TB, obj client.Object, change func()) {
 			return false, err
 		}
 		change()
-		err := cp.Client.Update(context.Background(), obj)
+		err := suite.CP.Client.Update(context.Background(), obj)
 		return err == nil, err
 	})
 }
@@ -296,7 +296,7 @@ func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 	e.opts.StackResyncOverride = time.Second
 	hold := filepath.Join(t.TempDir(), "hold")
 	e.opts.AgentEnv[provider.HoldEnv] = hold
-	_, stop := operatortest.StartOperator(t, cp.Config, e.opts)
+	_, stop := operatortest.StartOperator(t, suite.CP.Config, e.opts)
 	repo := gitrepo.New(t)
 	ctx := context.Background()
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program, ".gitignore": "Pulumi.*.yaml\n"})
@@ -305,7 +305,7 @@ func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 		Config:   map[string]apiextensionsv1.JSON{"content": {Raw: []byte(`"once"`)}},
 		Approval: &pulumiv1.ApprovalPolicy{Required: true},
 	}}
-	if err := cp.Client.Create(ctx, s); err != nil {
+	if err := suite.CP.Client.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	waitStack(t, s, "awaiting approval", awaiting(sha))
@@ -317,7 +317,7 @@ func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 	if err := os.WriteFile(hold, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, stop = operatortest.StartOperator(t, cp.Config, e.opts)
+	_, stop = operatortest.StartOperator(t, suite.CP.Config, e.opts)
 	var applying string
 	waitStack(t, s, "applying the plan approved while no operator ran", func(s *pulumiv1.Stack) bool {
 		if cu := s.Status.CurrentUpdate; cu != nil && s.Status.Plan.State == pulumiv1.PlanApplying {
@@ -339,7 +339,7 @@ func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 	// During the apply: the operator stops while the provider holds the
 	// update, and another takes over.
 	stop()
-	operatortest.StartOperator(t, cp.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.opts)
 	if err := os.Remove(hold); err != nil {
 		t.Fatal(err)
 	}

@@ -1,50 +1,18 @@
 package approvals
 
 import (
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
-
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
-var (
-	cp *substrate.ControlPlane
-	// bin holds the agent built for this run.
-	bin string
-)
+// suite is the control plane and the agent the tests share.
+var suite operatortest.Suite
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	bin, err = os.MkdirTemp("", "stackflow-approvals-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(bin)
-	if err := substrate.GoBuild(filepath.Join(bin, "agent"), "./operator/cmd/agent"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	cp, err = substrate.StartControlPlane()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer cp.Stop()
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(operatortest.RunSuite(m, &suite)) }
 
 // env is one test's world: a namespace, a Pulumi environment, local-runtime
 // options.
@@ -57,5 +25,5 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	pe := substrate.NewPulumi(t)
-	return &env{ns: cp.Namespace(t), pe: pe, opts: operatortest.LocalOptions(t, pe, filepath.Join(bin, "agent"))}
+	return &env{ns: suite.CP.Namespace(t), pe: pe, opts: operatortest.LocalOptions(t, pe, suite.Agent)}
 }

@@ -76,7 +76,7 @@ func exampleStack(t *testing.T, file, ns, repo string) *pulumiv1.Stack {
 // values, secret included, after network.
 func TestChainExample(t *testing.T) {
 	e := newEnv(t)
-	operatortest.StartOperator(t, cp.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.opts)
 	repo := gitrepo.New(t)
 	sha := repo.Commit(t, "programs", map[string]string{
 		"programs/network/Pulumi.yaml": exampleNetwork, "programs/web/Pulumi.yaml": exampleWeb, ".gitignore": "Pulumi.*.yaml\n",

@@ -82,7 +82,7 @@ resources:
 )
 
 func get(obj client.Object) error {
-	return cp.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+	return suite.CP.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
 }
 
 func waitStack(t *testing.T, s *pulumiv1.Stack, what string, cond func(*pulumiv1.Stack) bool) {
@@ -125,14 +125,14 @@ func mutate(t testing.TB, obj client.Object, change func()) {
 			return false, err
 		}
 		change()
-		err := cp.Client.Update(context.Background(), obj)
+		err := suite.CP.Client.Update(context.Background(), obj)
 		return err == nil, err
 	})
 }
 
 func create(t testing.TB, obj client.Object) {
 	t.Helper()
-	if err := cp.Client.Create(context.Background(), obj); err != nil {
+	if err := suite.CP.Client.Create(context.Background(), obj); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -188,7 +188,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	var logs logbuf.Buffer
-	operatortest.StartOperatorLogging(t, cp.Config, e.opts, zap.New(zap.UseDevMode(true), zap.WriteTo(&logs)))
+	operatortest.StartOperatorLogging(t, suite.CP.Config, e.opts, zap.New(zap.UseDevMode(true), zap.WriteTo(&logs)))
 	files := func(program string) map[string]string {
 		return map[string]string{"Pulumi.yaml": program, ".gitignore": "Pulumi.*.yaml\n"}
 	}
@@ -329,7 +329,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	// event, ConfigMap, Update, Workspace or log line holds it.
 	var found []string
 	for _, list := range []client.ObjectList{&pulumiv1.StackList{}, &corev1.EventList{}, &corev1.ConfigMapList{}} {
-		if err := cp.Client.List(ctx, list, client.InNamespace(e.ns)); err != nil {
+		if err := suite.CP.Client.List(ctx, list, client.InNamespace(e.ns)); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := json.Marshal(list)
@@ -344,7 +344,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 		t.Fatalf("the secret output's value is in %v", found)
 	}
 	var events corev1.EventList
-	if err := cp.Client.List(ctx, &events, client.InNamespace(e.ns)); err != nil {
+	if err := suite.CP.Client.List(ctx, &events, client.InNamespace(e.ns)); err != nil {
 		t.Fatal(err)
 	}
 	reasons := map[string]int{}
@@ -360,7 +360,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	// 7. Deleting the chain destroys edge, then app, then net: net waits
 	// for app, naming it.
 	for _, s := range []*pulumiv1.Stack{net, app, edge} {
-		if err := cp.Client.Delete(ctx, s); err != nil {
+		if err := suite.CP.Client.Delete(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -396,7 +396,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 func TestExportsRetainAndNeverOverwrite(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	operatortest.StartOperator(t, cp.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.opts)
 	repo := gitrepo.New(t)
 	sha := repo.Commit(t, "net", map[string]string{"Pulumi.yaml": netProgram, ".gitignore": "Pulumi.*.yaml\n"})
 	taken := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "taken"}, Data: map[string]string{"mine": "yes"}}
@@ -436,7 +436,7 @@ func TestExportsRetainAndNeverOverwrite(t *testing.T) {
 			t.Errorf("%s has owners %v with deletionPolicy Retain", o.GetName(), o.GetOwnerReferences())
 		}
 	}
-	if err := cp.Client.Delete(ctx, s); err != nil {
+	if err := suite.CP.Client.Delete(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	substrate.Eventually(t, time.Minute, "solo gone", func() (bool, error) {
@@ -455,7 +455,7 @@ func TestExportsRetainAndNeverOverwrite(t *testing.T) {
 // both say so, and neither runs.
 func TestDependencyCycleIsReportedOnBoth(t *testing.T) {
 	e := newEnv(t)
-	operatortest.StartOperator(t, cp.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.opts)
 	repo := gitrepo.New(t)
 	repo.Commit(t, "app", map[string]string{"Pulumi.yaml": appProgram, ".gitignore": "Pulumi.*.yaml\n"})
 	mk := func(name, reads string) *pulumiv1.Stack {

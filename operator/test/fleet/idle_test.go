@@ -40,15 +40,15 @@ resources:
 func TestIdleWorkspaceRemovedAndWoken(t *testing.T) {
 	ctx := context.Background()
 	pe := substrate.NewPulumi(t)
-	ns := cp.Namespace(t)
+	ns := suite.CP.Namespace(t)
 	opts := operatortest.LocalOptions(t, pe, agentPath())
 	opts.WorkspaceIdleTimeout = 3 * time.Second
-	operatortest.StartOperator(t, cp.Config, opts)
+	operatortest.StartOperator(t, suite.CP.Config, opts)
 	repo := gitrepo.New(t)
 	sha := repo.Commit(t, "program", map[string]string{"Pulumi.yaml": idleProgram, ".gitignore": "Pulumi.*.yaml\n"})
 	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "idle"},
 		Spec: pulumiv1.StackSpec{Stack: "idle", GitSource: &pulumiv1.GitSource{ProjectRepo: repo.URL(), Commit: sha}, Config: content("one")}}
-	if err := cp.Client.Create(ctx, s); err != nil {
+	if err := suite.CP.Client.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	deployed := func(v string) func() (bool, error) {

@@ -40,7 +40,7 @@ resources:
 `
 
 func get(obj client.Object) error {
-	return cp.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+	return suite.CP.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
 }
 
 func content(v string) map[string]apiextensionsv1.JSON {
@@ -54,7 +54,7 @@ func mutate(t *testing.T, obj client.Object, change func()) {
 			return false, err
 		}
 		change()
-		err := cp.Client.Update(context.Background(), obj)
+		err := suite.CP.Client.Update(context.Background(), obj)
 		return err == nil, err
 	})
 }
@@ -68,17 +68,17 @@ func mutate(t *testing.T, obj client.Object, change func()) {
 func TestStackMovesBetweenShards(t *testing.T) {
 	ctx := context.Background()
 	pe := substrate.NewPulumi(t)
-	ns := cp.Namespace(t)
+	ns := suite.CP.Namespace(t)
 	for _, shard := range []string{"a", "b"} {
 		opts := operatortest.LocalOptions(t, pe, agentPath())
 		opts.WatchLabelSelector = labels.SelectorFromSet(labels.Set{pulumiv1.ShardLabel: shard})
-		operatortest.StartOperator(t, cp.Config, opts)
+		operatortest.StartOperator(t, suite.CP.Config, opts)
 	}
 	repo := gitrepo.New(t)
 	sha := repo.Commit(t, "program", map[string]string{"Pulumi.yaml": program, ".gitignore": "Pulumi.*.yaml\n"})
 	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "moving", Labels: map[string]string{pulumiv1.ShardLabel: "a"}},
 		Spec: pulumiv1.StackSpec{Stack: "moving", GitSource: &pulumiv1.GitSource{ProjectRepo: repo.URL(), Commit: sha}, Config: content("one")}}
-	if err := cp.Client.Create(ctx, s); err != nil {
+	if err := suite.CP.Client.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	applied := func(v string) func() (bool, error) {
