@@ -98,7 +98,7 @@ func approve(t *testing.T, s *pulumiv1.Stack, name, fingerprint string, decision
 
 // history is the backend's record of the stack's updates (previews are not
 // recorded).
-func history(t *testing.T, e *env, repo *gitrepo.Repo, stack string) []auto.UpdateSummary {
+func history(t *testing.T, e *operatortest.Env, repo *gitrepo.Repo, stack string) []auto.UpdateSummary {
 	t.Helper()
 	st := cliStack(t, e, repo, stack)
 	h, err := st.History(context.Background(), 0, 0)
@@ -110,9 +110,9 @@ func history(t *testing.T, e *env, repo *gitrepo.Repo, stack string) []auto.Upda
 
 // cliStack is the stack as a person with the pulumi CLI, beside the
 // operator, sees it.
-func cliStack(t *testing.T, e *env, repo *gitrepo.Repo, stack string) auto.Stack {
+func cliStack(t *testing.T, e *operatortest.Env, repo *gitrepo.Repo, stack string) auto.Stack {
 	t.Helper()
-	return e.pe.Stack(t, repo.Work, stack)
+	return e.PE.Stack(t, repo.Work, stack)
 }
 
 // TestApprovedPlanIsAppliedExactly walks a Stack requiring approval through
@@ -124,15 +124,15 @@ func cliStack(t *testing.T, e *env, repo *gitrepo.Repo, stack string) auto.Stack
 // applied, and the change is previewed again for a fresh approval.
 func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 	e := newEnv(t)
-	e.opts.StackResyncOverride = time.Second
-	operatortest.StartOperator(t, suite.CP.Config, e.opts)
+	e.Opts.StackResyncOverride = time.Second
+	operatortest.StartOperator(t, suite.CP.Config, e.Opts)
 	repo := gitrepo.New(t)
 	ctx := context.Background()
 	sha1 := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program, ".gitignore": "Pulumi.*.yaml\n"})
 	content := func(v string) map[string]apiextensionsv1.JSON {
 		return map[string]apiextensionsv1.JSON{"content": {Raw: []byte(`"` + v + `"`)}}
 	}
-	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "gated"}, Spec: pulumiv1.StackSpec{
+	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "gated"}, Spec: pulumiv1.StackSpec{
 		Stack: "gated", GitSource: &pulumiv1.GitSource{ProjectRepo: repo.URL(), Branch: "main"}, Config: content("one"),
 		Approval: &pulumiv1.ApprovalPolicy{Required: true},
 	}}
@@ -150,11 +150,11 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 	if !strings.Contains(ready(s).Message, "awaiting approval: +1 ~0 -0, plan "+p1.Fingerprint[:12]) {
 		t.Errorf("Ready message %q does not summarise the plan", ready(s).Message)
 	}
-	if _, ok := e.pe.Record(t, "approved"); ok {
+	if _, ok := e.PE.Record(t, "approved"); ok {
 		t.Fatal("the record exists before any approval")
 	}
 	var planSecret corev1.Secret
-	if err := suite.CP.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: p1.SecretName}, &planSecret); err != nil || len(planSecret.Data["plan.json"]) == 0 {
+	if err := suite.CP.Client.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: p1.SecretName}, &planSecret); err != nil || len(planSecret.Data["plan.json"]) == 0 {
 		t.Fatalf("plan secret %s: %v", p1.SecretName, err)
 	}
 
@@ -167,7 +167,7 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 	// 3. The approval of the shown fingerprint applies exactly that plan.
 	approve(t, s, "first", p1.Fingerprint, stackflowv1alpha1.Approved)
 	waitStack(t, s, "ready at the first commit", readyAt(sha1))
-	if got, _ := e.pe.Record(t, "approved"); got != "one" {
+	if got, _ := e.PE.Record(t, "approved"); got != "one" {
 		t.Fatalf("record %q after the approved plan", got)
 	}
 	if p := s.Status.Plan; p.State != pulumiv1.PlanApplied || p.Fingerprint != p1.Fingerprint || p.Approval == nil ||
@@ -200,13 +200,13 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 		c := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.StalledCondition)
 		return c != nil && c.Reason == pulumiv1.StalledPlanRejectedReason && s.Status.Plan.State == pulumiv1.PlanRejected
 	})
-	if got, _ := e.pe.Record(t, "approved"); got != "one" {
+	if got, _ := e.PE.Record(t, "approved"); got != "one" {
 		t.Fatalf("record %q after a rejection", got)
 	}
 	// Creation times have a second's resolution (a tie is a rejection):
 	// the approval is made once the clock has passed the rejection's
 	// second, as a person's would be.
-	rejection := &stackflowv1alpha1.PlanApproval{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "no"}}
+	rejection := &stackflowv1alpha1.PlanApproval{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "no"}}
 	if err := get(t, rejection); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 	})
 	approve(t, s, "yes", p2.Fingerprint, stackflowv1alpha1.Approved)
 	waitStack(t, s, "ready at the README commit", readyAt(sha2))
-	if got, _ := e.pe.Record(t, "approved"); got != "two" {
+	if got, _ := e.PE.Record(t, "approved"); got != "two" {
 		t.Fatalf("record %q after the second approval", got)
 	}
 
@@ -243,14 +243,14 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 	if !strings.Contains(stale.Message, "is not allowed by the plan") || stale.Approval == nil || stale.Approval.Name != "third" {
 		t.Errorf("stale plan %+v does not say which operation diverged", stale)
 	}
-	if _, ok := e.pe.Record(t, "approved"); ok {
+	if _, ok := e.PE.Record(t, "approved"); ok {
 		t.Fatal("the stale plan's apply created the record: an operation outside the plan ran")
 	}
 	if s.Status.Plan.Summary != "+1 ~0 -0" {
 		t.Errorf("the new plan %+v does not create the record again", s.Status.Plan)
 	}
 	var events corev1.EventList
-	if err := suite.CP.Client.List(ctx, &events, client.InNamespace(e.ns)); err != nil {
+	if err := suite.CP.Client.List(ctx, &events, client.InNamespace(e.NS)); err != nil {
 		t.Fatal(err)
 	}
 	staleEvents := 0
@@ -267,7 +267,7 @@ func TestApprovedPlanIsAppliedExactly(t *testing.T) {
 	waitStack(t, s, "ready after the fresh approval", func(s *pulumiv1.Stack) bool {
 		return readyAt(sha2)(s) && s.Status.Plan.State == pulumiv1.PlanApplied && s.Status.Plan.Approval.Name == "fourth"
 	})
-	if got, _ := e.pe.Record(t, "approved"); got != "three" {
+	if got, _ := e.PE.Record(t, "approved"); got != "three" {
 		t.Fatalf("record %q after the fresh approval", got)
 	}
 }
@@ -293,14 +293,14 @@ func mutate(t testing.TB, obj client.Object, change func()) {
 // applied once, never twice, never another.
 func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 	e := newEnv(t)
-	e.opts.StackResyncOverride = time.Second
+	e.Opts.StackResyncOverride = time.Second
 	hold := filepath.Join(t.TempDir(), "hold")
-	e.opts.AgentEnv[provider.HoldEnv] = hold
-	_, stop := operatortest.StartOperator(t, suite.CP.Config, e.opts)
+	e.Opts.AgentEnv[provider.HoldEnv] = hold
+	_, stop := operatortest.StartOperator(t, suite.CP.Config, e.Opts)
 	repo := gitrepo.New(t)
 	ctx := context.Background()
 	sha := repo.Commit(t, "v1", map[string]string{"Pulumi.yaml": program, ".gitignore": "Pulumi.*.yaml\n"})
-	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "chaos"}, Spec: pulumiv1.StackSpec{
+	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "chaos"}, Spec: pulumiv1.StackSpec{
 		Stack: "chaos", GitSource: &pulumiv1.GitSource{ProjectRepo: repo.URL(), Branch: "main"},
 		Config:   map[string]apiextensionsv1.JSON{"content": {Raw: []byte(`"once"`)}},
 		Approval: &pulumiv1.ApprovalPolicy{Required: true},
@@ -317,7 +317,7 @@ func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 	if err := os.WriteFile(hold, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, stop = operatortest.StartOperator(t, suite.CP.Config, e.opts)
+	_, stop = operatortest.StartOperator(t, suite.CP.Config, e.Opts)
 	var applying string
 	waitStack(t, s, "applying the plan approved while no operator ran", func(s *pulumiv1.Stack) bool {
 		if cu := s.Status.CurrentUpdate; cu != nil && s.Status.Plan.State == pulumiv1.PlanApplying {
@@ -325,7 +325,7 @@ func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 		}
 		return applying != ""
 	})
-	u := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: applying}}
+	u := &autov1alpha1.Update{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: applying}}
 	substrate.Eventually(t, 2*time.Minute, "the apply running in the workspace", func() (bool, error) {
 		if err := get(t, u); err != nil {
 			return false, err
@@ -339,7 +339,7 @@ func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 	// During the apply: the operator stops while the provider holds the
 	// update, and another takes over.
 	stop()
-	operatortest.StartOperator(t, suite.CP.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.Opts)
 	if err := os.Remove(hold); err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestApprovedPlanAppliedOnceAcrossOperatorRestarts(t *testing.T) {
 	if s.Status.Plan.ApplyUpdate != applying || s.Status.Plan.Approval.Name != "while-down" || s.Status.LastUpdate.Name != applying {
 		t.Fatalf("plan %+v, last update %s: want the one apply %s", s.Status.Plan, s.Status.LastUpdate.Name, applying)
 	}
-	if got, _ := e.pe.Record(t, "approved"); got != "once" {
+	if got, _ := e.PE.Record(t, "approved"); got != "once" {
 		t.Fatalf("record %q", got)
 	}
 	if h := history(t, e, repo, "chaos"); len(h) != 1 {

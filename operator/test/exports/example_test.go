@@ -76,18 +76,18 @@ func exampleStack(t *testing.T, file, ns, repo string) *pulumiv1.Stack {
 // values, secret included, after network.
 func TestChainExample(t *testing.T) {
 	e := newEnv(t)
-	operatortest.StartOperator(t, suite.CP.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.Opts)
 	repo := gitrepo.New(t)
 	sha := repo.Commit(t, "programs", map[string]string{
 		"programs/network/Pulumi.yaml": exampleNetwork, "programs/web/Pulumi.yaml": exampleWeb, ".gitignore": "Pulumi.*.yaml\n",
 	})
-	app := exampleStack(t, "app.yaml", e.ns, repo.URL())
-	network := exampleStack(t, "network.yaml", e.ns, repo.URL())
+	app := exampleStack(t, "app.yaml", e.NS, repo.URL())
+	network := exampleStack(t, "network.yaml", e.NS, repo.URL())
 	create(t, app)
 	create(t, network)
 	waitStack(t, network, "exported", exportedAt(sha))
 	waitStack(t, app, "ready", readyAt(sha))
-	if got, _ := e.pe.Record(t, "site"); got != "web in vpc-1/vpc-1-subnet-a with s3cret-db" {
+	if got, _ := e.PE.Record(t, "site"); got != "web in vpc-1/vpc-1-subnet-a with s3cret-db" {
 		t.Fatalf("app's record %q: it did not read network's exports", got)
 	}
 	hNet := history(t, e, &gitrepo.Repo{Work: filepath.Join(repo.Work, "programs", "network")}, network.Spec.Stack)

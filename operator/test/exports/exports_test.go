@@ -140,9 +140,9 @@ func create(t testing.TB, obj client.Object) {
 func literal(v string) apiextensionsv1.JSON { return apiextensionsv1.JSON{Raw: []byte(`"` + v + `"`)} }
 
 // history is the backend's record of a stack's updates, oldest first.
-func history(t *testing.T, e *env, repo *gitrepo.Repo, stack string) []auto.UpdateSummary {
+func history(t *testing.T, e *operatortest.Env, repo *gitrepo.Repo, stack string) []auto.UpdateSummary {
 	t.Helper()
-	st := e.pe.Stack(t, repo.Work, stack)
+	st := e.PE.Stack(t, repo.Work, stack)
 	h, err := st.History(context.Background(), 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	var logs logbuf.Buffer
-	operatortest.StartOperatorLogging(t, suite.CP.Config, e.opts, zap.New(zap.UseDevMode(true), zap.WriteTo(&logs)))
+	operatortest.StartOperatorLogging(t, suite.CP.Config, e.Opts, zap.New(zap.UseDevMode(true), zap.WriteTo(&logs)))
 	files := func(program string) map[string]string {
 		return map[string]string{"Pulumi.yaml": program, ".gitignore": "Pulumi.*.yaml\n"}
 	}
@@ -201,7 +201,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 		{Key: "CIDR", Output: "cidr"}, {Key: "ZONE", Output: "meta", Path: "zone"},
 		{Key: "SUBNET_B", Output: "meta", Path: "subnets[1]"}, {Key: "meta.json", Output: "meta"},
 	}
-	net := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "net"}, Spec: pulumiv1.StackSpec{
+	net := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "net"}, Spec: pulumiv1.StackSpec{
 		Stack: "net", GitSource: &pulumiv1.GitSource{ProjectRepo: netRepo.URL(), Branch: "main"}, DestroyOnFinalize: true,
 		Config: map[string]apiextensionsv1.JSON{"cidr": literal("10.0.0.0/16")},
 		Exports: &pulumiv1.StackExports{
@@ -210,13 +210,13 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 			Secret: &pulumiv1.ExportObject{Name: "net-secrets", Keys: []pulumiv1.ExportKey{{Key: "PASSWORD", Output: "password"}, {Key: "CIDR", Output: "cidr"}}},
 		},
 	}}
-	app := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "app"}, Spec: pulumiv1.StackSpec{
+	app := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "app"}, Spec: pulumiv1.StackSpec{
 		Stack: "app", GitSource: &pulumiv1.GitSource{ProjectRepo: appRepo.URL(), Branch: "main"}, DestroyOnFinalize: true,
 		ConfigRef:     map[string]pulumiv1.ConfigMapRef{"cidr": {Name: "net-outputs", Key: "CIDR"}},
 		Prerequisites: []pulumiv1.PrerequisiteRef{{Name: "net"}},
 		Exports:       &pulumiv1.StackExports{ConfigMap: &pulumiv1.ExportObject{Name: "app-outputs", Keys: []pulumiv1.ExportKey{{Key: "URL", Output: "url"}}}},
 	}}
-	edge := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "edge"}, Spec: pulumiv1.StackSpec{
+	edge := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "edge"}, Spec: pulumiv1.StackSpec{
 		Stack: "edge", GitSource: &pulumiv1.GitSource{ProjectRepo: edgeRepo.URL(), Branch: "main"}, DestroyOnFinalize: true,
 		ConfigRef:     map[string]pulumiv1.ConfigMapRef{"appUrl": {Name: "app-outputs", Key: "URL"}},
 		Prerequisites: []pulumiv1.PrerequisiteRef{{Name: "app"}},
@@ -230,7 +230,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	waitStack(t, net, "exported at its first commit", exportedAt(net1))
 	waitStack(t, app, "exported at its first commit", exportedAt(app1))
 	waitStack(t, edge, "ready at its first commit", readyAt(edge1))
-	if got, _ := e.pe.Record(t, "edge"); got != "edge to http://app.10.0.0.0/16" {
+	if got, _ := e.PE.Record(t, "edge"); got != "edge to http://app.10.0.0.0/16" {
 		t.Fatalf("edge's record %q: the chain did not carry net's output", got)
 	}
 	hNet, hApp, hEdge := history(t, e, netRepo, "net"), history(t, e, appRepo, "app"), history(t, e, edgeRepo, "edge")
@@ -243,7 +243,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	// 2. The objects: mapping, paths, JSON for an object, labels,
 	// annotations, the hash, the Stack as owner; the secret only in the
 	// Secret.
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "net-outputs"}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "net-outputs"}}
 	if err := get(cm); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != net.UID || cm.OwnerReferences[0].Controller == nil || !*cm.OwnerReferences[0].Controller {
 		t.Errorf("ConfigMap owners %+v: want the Stack as controller (deletionPolicy Delete)", cm.OwnerReferences)
 	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "net-secrets"}}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "net-secrets"}}
 	if err := get(sec); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	// 3. net's output changes: net, then app, then edge apply it, once each.
 	mutate(t, net, func() { net.Spec.Config["cidr"] = literal("10.1.0.0/16") })
 	waitStack(t, edge, "ready with net's new output", func(s *pulumiv1.Stack) bool {
-		got, _ := e.pe.Record(t, "edge")
+		got, _ := e.PE.Record(t, "edge")
 		return readyAt(edge1)(s) && got == "edge to http://app.10.1.0.0/16"
 	})
 	waitStack(t, app, "exported again", exportedAt(app1))
@@ -329,7 +329,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 	// event, ConfigMap, Update, Workspace or log line holds it.
 	var found []string
 	for _, list := range []client.ObjectList{&pulumiv1.StackList{}, &corev1.EventList{}, &corev1.ConfigMapList{}} {
-		if err := suite.CP.Client.List(ctx, list, client.InNamespace(e.ns)); err != nil {
+		if err := suite.CP.Client.List(ctx, list, client.InNamespace(e.NS)); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := json.Marshal(list)
@@ -344,7 +344,7 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 		t.Fatalf("the secret output's value is in %v", found)
 	}
 	var events corev1.EventList
-	if err := suite.CP.Client.List(ctx, &events, client.InNamespace(e.ns)); err != nil {
+	if err := suite.CP.Client.List(ctx, &events, client.InNamespace(e.NS)); err != nil {
 		t.Fatal(err)
 	}
 	reasons := map[string]int{}
@@ -396,12 +396,12 @@ func TestExportsFeedAChainInOrder(t *testing.T) {
 func TestExportsRetainAndNeverOverwrite(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	operatortest.StartOperator(t, suite.CP.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.Opts)
 	repo := gitrepo.New(t)
 	sha := repo.Commit(t, "net", map[string]string{"Pulumi.yaml": netProgram, ".gitignore": "Pulumi.*.yaml\n"})
-	taken := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "taken"}, Data: map[string]string{"mine": "yes"}}
+	taken := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "taken"}, Data: map[string]string{"mine": "yes"}}
 	create(t, taken)
-	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "solo"}, Spec: pulumiv1.StackSpec{
+	s := &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "solo"}, Spec: pulumiv1.StackSpec{
 		Stack: "solo", GitSource: &pulumiv1.GitSource{ProjectRepo: repo.URL(), Branch: "main"},
 		Config: map[string]apiextensionsv1.JSON{"cidr": literal("10.9.0.0/16")},
 		Exports: &pulumiv1.StackExports{DeletionPolicy: pulumiv1.ExportRetain,
@@ -420,14 +420,14 @@ func TestExportsRetainAndNeverOverwrite(t *testing.T) {
 	if err := get(taken); err != nil || fmt.Sprint(taken.Data) != "map[mine:yes]" || taken.Annotations[pulumiv1.ExportedByAnnotation] != "" {
 		t.Fatalf("the foreign ConfigMap was touched: %v %v", taken.Data, err)
 	}
-	if err := get(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "solo-secrets"}}); !apierrors.IsNotFound(err) {
+	if err := get(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "solo-secrets"}}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the Secret of a refused export exists (%v): nothing of it should be written", err)
 	}
 
 	mutate(t, s, func() { s.Spec.Exports.ConfigMap.Name = "solo-outputs" })
 	waitStack(t, s, "exported under a free name", exportedAt(sha))
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "solo-outputs"}}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "solo-secrets"}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "solo-outputs"}}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "solo-secrets"}}
 	for _, o := range []client.Object{cm, sec} {
 		if err := get(o); err != nil {
 			t.Fatal(err)
@@ -455,11 +455,11 @@ func TestExportsRetainAndNeverOverwrite(t *testing.T) {
 // both say so, and neither runs.
 func TestDependencyCycleIsReportedOnBoth(t *testing.T) {
 	e := newEnv(t)
-	operatortest.StartOperator(t, suite.CP.Config, e.opts)
+	operatortest.StartOperator(t, suite.CP.Config, e.Opts)
 	repo := gitrepo.New(t)
 	repo.Commit(t, "app", map[string]string{"Pulumi.yaml": appProgram, ".gitignore": "Pulumi.*.yaml\n"})
 	mk := func(name, reads string) *pulumiv1.Stack {
-		return &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}, Spec: pulumiv1.StackSpec{
+		return &pulumiv1.Stack{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: name}, Spec: pulumiv1.StackSpec{
 			Stack: name, GitSource: &pulumiv1.GitSource{ProjectRepo: repo.URL(), Branch: "main"},
 			ConfigRef: map[string]pulumiv1.ConfigMapRef{"cidr": {Name: reads + "-out", Key: "URL"}},
 			Exports:   &pulumiv1.StackExports{ConfigMap: &pulumiv1.ExportObject{Name: name + "-out", Keys: []pulumiv1.ExportKey{{Key: "URL", Output: "url"}}}},

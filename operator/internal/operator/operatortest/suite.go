@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/stackflow-io/stackflow/operator/internal/operator"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -44,4 +45,19 @@ func RunSuite(m *testing.M, s *Suite) int {
 	}
 	defer s.CP.Stop()
 	return m.Run()
+}
+
+// Env is one test's world in a Suite: a namespace, a Pulumi environment,
+// and local-runtime options for an operator.
+type Env struct {
+	NS   string
+	PE   *substrate.Pulumi
+	Opts operator.Options
+}
+
+// NewEnv makes a test's Env.
+func (s *Suite) NewEnv(t testing.TB) *Env {
+	t.Helper()
+	pe := substrate.NewPulumi(t)
+	return &Env{NS: s.CP.Namespace(t), PE: pe, Opts: LocalOptions(t, pe, s.Agent)}
 }
