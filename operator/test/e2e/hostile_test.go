@@ -169,7 +169,19 @@ func TestHostileGitServersHoldNoOtherStack(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the operator is still stopping two minutes later")
 	}
-	if after := logs.From(before); strings.Contains(after, "Reconciler error") || strings.Contains(after, "context canceled") {
-		t.Errorf("stopping logged errors:\n%s", after)
+	// A reconcile cut short by the stop says so at debug level ("Stopped
+	// by the operator's shutdown", its request's "context canceled"): that
+	// is the quiet path, not an error.
+	var errs []string
+	for _, line := range strings.Split(logs.From(before), "\n") {
+		if strings.Contains(line, "Stopped by the operator's shutdown") {
+			continue
+		}
+		if strings.Contains(line, "Reconciler error") || strings.Contains(line, "context canceled") {
+			errs = append(errs, line)
+		}
+	}
+	if len(errs) > 0 {
+		t.Errorf("stopping logged errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
