@@ -70,19 +70,30 @@ func (r *StackReconciler) reconcileExports(ctx context.Context, sc *stackScope) 
 		return err
 	}
 	e := s.Spec.Exports
+	var targets []*exportTarget
 	if e.ConfigMap != nil {
-		obj := &pulumiv1.ExportedObject{Name: e.ConfigMap.Name, Hash: export.Hash(nil, data.ConfigMap)}
-		if err := r.writeExport(ctx, s, &corev1.ConfigMap{}, e.ConfigMap, data.ConfigMap, obj.Hash); err != nil {
-			return r.exportFailure(s, rec, name, err)
-		}
-		rec.ConfigMap = obj
+		targets = append(targets, &exportTarget{obj: &corev1.ConfigMap{}, spec: e.ConfigMap, data: data.ConfigMap, hash: export.Hash(nil, data.ConfigMap)})
 	}
 	if e.Secret != nil {
-		obj := &pulumiv1.ExportedObject{Name: e.Secret.Name, Hash: export.Hash(r.DigestKey, data.Secret)}
-		if err := r.writeExport(ctx, s, &corev1.Secret{}, e.Secret, data.Secret, obj.Hash); err != nil {
+		targets = append(targets, &exportTarget{obj: &corev1.Secret{}, spec: e.Secret, data: data.Secret, hash: export.Hash(r.DigestKey, data.Secret)})
+	}
+	// Both objects are read (and their ownership checked) before either is
+	// written: an object of another's refuses the whole export.
+	for _, t := range targets {
+		if err := r.readExport(ctx, s, t); err != nil {
 			return r.exportFailure(s, rec, name, err)
 		}
-		rec.Secret = obj
+	}
+	for _, t := range targets {
+		if err := r.writeExport(ctx, s, t); err != nil {
+			return r.exportFailure(s, rec, name, err)
+		}
+		written := &pulumiv1.ExportedObject{Name: t.spec.Name, Hash: t.hash}
+		if _, ok := t.obj.(*corev1.Secret); ok {
+			rec.Secret = written
+		} else {
+			rec.ConfigMap = written
+		}
 	}
 	log.FromContext(ctx).Info("Exported outputs", "update", name, "configMap", rec.ConfigMap, "secret", rec.Secret)
 	s.Status.Exports = rec
@@ -141,56 +152,70 @@ func (r *StackReconciler) rawOutputs(ctx context.Context, u *autov1alpha1.Update
 	return out, nil
 }
 
-// writeExport creates or updates one exported object (obj, a ConfigMap or
-// a Secret) to hold exactly data, with the spec's labels and annotations,
-// the Stack's name and the content hash; owned by the Stack unless the
-// deletion policy is Retain. An existing object not marked as this Stack's
-// is never touched (exportConflict). Nothing is written when the object is
-// already as wanted.
-func (r *StackReconciler) writeExport(ctx context.Context, s *pulumiv1.Stack, obj client.Object, spec *pulumiv1.ExportObject, data map[string]string, hash string) error {
+// exportTarget is one object an export writes: its kind (obj, a ConfigMap
+// or a Secret, read into by readExport), its spec, the data and its hash.
+type exportTarget struct {
+	obj    client.Object
+	spec   *pulumiv1.ExportObject
+	data   map[string]string
+	hash   string
+	exists bool
+}
+
+// readExport reads the object of t as stored, if it exists, and refuses
+// one not marked as this Stack's (exportConflict): it is never touched.
+func (r *StackReconciler) readExport(ctx context.Context, s *pulumiv1.Stack, t *exportTarget) error {
 	kind := stackref.KindConfigMap
 	reader := client.Reader(r.Client)
-	if _, ok := obj.(*corev1.Secret); ok {
+	if _, ok := t.obj.(*corev1.Secret); ok {
 		// Secrets are never cached (see SetupWithManager).
 		kind, reader = stackref.KindSecret, r.APIReader
 	}
-	key := types.NamespacedName{Namespace: s.Namespace, Name: spec.Name}
-	err := reader.Get(ctx, key, obj)
-	exists := err == nil
+	err := reader.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: t.spec.Name}, t.obj)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if exists {
-		if by := obj.GetAnnotations()[pulumiv1.ExportedByAnnotation]; by != s.Name {
-			return &exportConflict{kind: kind, name: spec.Name, by: by}
+	t.exists = err == nil
+	if t.exists {
+		if by := t.obj.GetAnnotations()[pulumiv1.ExportedByAnnotation]; by != s.Name {
+			return &exportConflict{kind: kind, name: t.spec.Name, by: by}
 		}
 	}
+	return nil
+}
+
+// writeExport creates or updates t's object (read by readExport) to hold
+// exactly its data, with the spec's labels and annotations, the Stack's name
+// and the content hash; owned by the Stack unless the deletion policy is
+// Retain. Nothing is written when the object is already as wanted.
+func (r *StackReconciler) writeExport(ctx context.Context, s *pulumiv1.Stack, t *exportTarget) error {
+	obj := t.obj
 	before := obj.DeepCopyObject().(client.Object)
 	obj.SetNamespace(s.Namespace)
-	obj.SetName(spec.Name)
-	labels := maps.Clone(spec.Labels)
-	annotations := maps.Clone(spec.Annotations)
+	obj.SetName(t.spec.Name)
+	labels := maps.Clone(t.spec.Labels)
+	annotations := maps.Clone(t.spec.Annotations)
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
 	annotations[pulumiv1.ExportedByAnnotation] = s.Name
-	annotations[pulumiv1.ContentHashAnnotation] = hash
+	annotations[pulumiv1.ContentHashAnnotation] = t.hash
 	obj.SetLabels(labels)
 	obj.SetAnnotations(annotations)
 	obj.SetOwnerReferences(exportOwners(obj.GetOwnerReferences(), s))
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
-		o.Data, o.BinaryData = data, nil
+		o.Data, o.BinaryData = t.data, nil
 	case *corev1.Secret:
 		o.Data, o.StringData = map[string][]byte{}, nil
-		for k, v := range data {
+		for k, v := range t.data {
 			o.Data[k] = []byte(v)
 		}
 		if o.Type == "" {
 			o.Type = corev1.SecretTypeOpaque
 		}
 	}
-	if !exists {
+	if !t.exists {
 		return r.Create(ctx, obj)
 	}
 	if equality.Semantic.DeepEqual(before, obj) {

@@ -179,3 +179,24 @@ func TestExportRefusal(t *testing.T) {
 		t.Fatalf("the refused Update is still held (%v)", err)
 	}
 }
+
+// TestExportConflictWritesNothing: the Secret's name is taken by an object
+// the Stack did not create; the ConfigMap, which is free and comes first,
+// is not written either (both are checked before either is written).
+func TestExportConflictWritesNothing(t *testing.T) {
+	s, u, outs := exportingStack(t)
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "out-secrets"}, Data: map[string][]byte{"mine": []byte("yes")}}
+	e := newStackStepEnv(t, interceptor.Funcs{}, s, u, outs, foreign)
+	e.reconcile(t, "conflict", false)
+	st := e.stored(t)
+	if x := st.Status.Exports; x == nil || x.Reason != pulumiv1.ExportConflictReason || !strings.Contains(x.Message, "Secret out-secrets exists and was not created by this Stack") {
+		t.Fatalf("exports %+v", st.Status.Exports)
+	}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "out"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the ConfigMap was written although the Secret's name is taken (%v)", err)
+	}
+	var sec corev1.Secret
+	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(foreign), &sec); err != nil || string(sec.Data["mine"]) != "yes" || len(sec.Data) != 1 {
+		t.Errorf("the foreign Secret was touched: %v", err)
+	}
+}
