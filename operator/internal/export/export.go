@@ -84,6 +84,12 @@ func Render(out Outputs, mappings []Mapping) (Data, error) {
 				return Data{}, &RefusedError{Output: m.Output, msg: fmt.Sprintf("key %q: %v", m.Key, err)}
 			}
 			if v, err = path.Select(v); err != nil {
+				if out.Secrets[m.Output] {
+					// Where a path misses says something of the value (a
+					// list's length, a map's fields): of a secret, the
+					// refusal, shown in status and events, says nothing.
+					return Data{}, &RefusedError{Output: m.Output, msg: fmt.Sprintf("key %q: path %q does not fit the value of output %q (a secret: its shape is not shown)", m.Key, m.Path, m.Output)}
+				}
 				return Data{}, &RefusedError{Output: m.Output, msg: fmt.Sprintf("key %q: output %q: %v", m.Key, m.Output, err)}
 			}
 		}

@@ -44,6 +44,7 @@ func TestRender(t *testing.T) {
 		{"a missing output", []Mapping{{Key: "X", Output: "nope", To: ConfigMap}}, Data{}, "nope", `the Stack has no output "nope"`},
 		{"a missing field", []Mapping{{Key: "X", Output: "db", Path: "hosts[0].port", To: ConfigMap}}, Data{}, "db", `no field "port" at step 3`},
 		{"an index past the list", []Mapping{{Key: "X", Output: "db", Path: "hosts[2]", To: ConfigMap}}, Data{}, "db", "past the list's 2 items"},
+		{"a path missing inside a secret", []Mapping{{Key: "X", Output: "creds", Path: "tokens[3]", To: Secret}}, Data{}, "creds", `path "tokens[3]" does not fit the value of output "creds" (a secret: its shape is not shown)`},
 		{"a key twice", []Mapping{{Key: "X", Output: "port", To: ConfigMap}, {Key: "X", Output: "endpoint", To: ConfigMap}}, Data{}, "endpoint", `key "X" is mapped twice`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
