@@ -99,6 +99,9 @@ type Summary struct {
 	ArgoCD bool
 	// ArgoCDVersion is the version of the Argo CD that synced, e.g. v3.2.11.
 	ArgoCDVersion string
+	// ArgoCDUI is the URL of Argo CD's web UI (its Applications page), empty
+	// when the Argo CD build has no UI.
+	ArgoCDUI string
 	// Kargo says whether the real Kargo promoted (false: the demo ran the
 	// tasks' steps).
 	Kargo bool
@@ -122,6 +125,8 @@ type demo struct {
 	argo  *argocd.Instance
 	// argoVersion is the running Argo CD's version.
 	argoVersion string
+	// argoUI is the URL of Argo CD's web UI, when the build embeds it.
+	argoUI string
 	git         *gitServer
 	program     *repo
 	mf          *repo
@@ -163,7 +168,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	if d.argo != nil {
 		defer d.argo.Stop()
-		sum.ArgoCD, sum.ArgoCDVersion = true, d.argoVersion
+		sum.ArgoCD, sum.ArgoCDVersion, sum.ArgoCDUI = true, d.argoVersion, d.argoUI
 		if kb, rb, err := locateKargo(); err != nil {
 			say("Kargo is not run (%v): the demo performs the steps of its promotion tasks itself", err)
 		} else if err := d.startKargo(ctx, kb, rb); err != nil {
@@ -298,6 +303,16 @@ func (d *demo) startArgoCD(ctx context.Context) error {
 		return fmt.Errorf("start Argo CD: %w", err)
 	}
 	d.scr.Say("Argo CD API on %s (no authentication: loopback only); logs in %s", d.argo.APIURL, filepath.Join(d.local.Dir, "argocd"))
+	if build.UI {
+		url, err := d.argo.CheckUI(ctx)
+		if err != nil {
+			return err
+		}
+		d.argoUI = url
+		d.scr.Say("Argo CD UI: open %s in a browser to watch the stages move (no login: authentication is off, loopback only)", url)
+	} else {
+		d.scr.Say("Argo CD's web UI is not in this build (it needs ../shared/argo-ui: see hack/substrate.sh argocd3-ui); its API and health checks run all the same")
+	}
 	return nil
 }
 
@@ -732,6 +747,9 @@ func (d *demo) printSummary(sum *Summary) {
 		fmt.Fprintln(w, "  Kargo did not run (see above why): the steps of its task stackflow-promote were performed by the demo.")
 	}
 	fmt.Fprintf(w, "  Explore: export KUBECONFIG=%s; kubectl get stacks -A; kubectl get updates -A; kubectl get applications -n argocd\n", sum.Kubeconfig)
+	if sum.ArgoCDUI != "" {
+		fmt.Fprintf(w, "  Argo CD UI (while the demo runs): %s (no login)\n", sum.ArgoCDUI)
+	}
 }
 
 // syncLoop is the fallback when Argo CD is not available: every two

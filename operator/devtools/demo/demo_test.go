@@ -15,6 +15,7 @@ import (
 
 	"github.com/stackflow-io/stackflow/analysis/verification"
 	"github.com/stackflow-io/stackflow/internal/revision"
+	"github.com/stackflow-io/stackflow/test/framework/argocd"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -38,6 +39,9 @@ func TestDemo(t *testing.T) {
 		t.Errorf("the demo fell back to its sync loop: Argo CD did not run\n%s", out)
 	} else if !strings.HasPrefix(sum.ArgoCDVersion, "v3.") {
 		t.Errorf("the demo ran Argo CD %s, want v3 by default", sum.ArgoCDVersion)
+	}
+	if build, err := argocd.Locate(argocd.V3); err == nil && build.UI && (sum.ArgoCDUI == "" || !strings.Contains(out, "Argo CD UI: open "+sum.ArgoCDUI)) {
+		t.Errorf("Argo CD's build embeds its UI, but the demo did not print its URL (summary: %q)\n%s", sum.ArgoCDUI, out)
 	}
 	if sum.Stopped.Phase != verification.PhaseFailed {
 		t.Errorf("release 3 at dev: phase %q, want Failed", sum.Stopped.Phase)

@@ -110,6 +110,9 @@ type Build struct {
 	// manifests give the API server (ClusterRole, Role and bindings
 	// argocd-server); empty in a build made before the substrate kept it.
 	ServerRBAC string
+	// UI says whether the API server embeds Argo CD's web UI (built by
+	// `./hack/substrate.sh argocd3-ui`; absent where ../shared/argo-ui is).
+	UI bool
 }
 
 // Major is the build's major version (2 or 3).
@@ -142,6 +145,9 @@ func Locate(v Version) (Build, error) {
 	b := Build{Binary: filepath.Join(dir, "argocd"), CRDs: filepath.Join(dir, "crds"), ConfigMap: filepath.Join(dir, "argocd-cm.yaml")}
 	if _, err := os.Stat(filepath.Join(dir, "server-rbac")); err == nil {
 		b.ServerRBAC = filepath.Join(dir, "server-rbac")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ui-embedded")); err == nil {
+		b.UI = true
 	}
 	version, err := os.ReadFile(filepath.Join(dir, "VERSION"))
 	if err == nil {
@@ -584,4 +590,29 @@ func tailBytes(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// CheckUI fetches the web UI's page from the API server and fails unless it
+// is Argo CD's (the build embeds the UI: Build.UI); it returns the page's
+// URL. Like every API request it ends within apiTimeout and reads at most
+// 1 MiB.
+func (in *Instance) CheckUI(ctx context.Context) (string, error) {
+	url := in.APIURL + "/applications"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := in.do(req)
+	if err != nil {
+		return "", fmt.Errorf("Argo CD UI at %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	page, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", fmt.Errorf("Argo CD UI at %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(page, []byte("<title>Argo CD</title>")) {
+		return "", fmt.Errorf("Argo CD UI at %s: HTTP %d, not Argo CD's page (is the UI embedded in this build?): %.200q", url, resp.StatusCode, page)
+	}
+	return url, nil
 }
