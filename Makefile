@@ -160,6 +160,14 @@ test-argocd-2.14: ## Build Argo CD v2.14 (~19 CPU-min cold) and run the Argo CD 
 	$(SUBSTRATE) all argocd
 	eval "$$($(SUBSTRATE) env)" && go test -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./test/framework/argocd/ ./operator/test/argocde2e/
 
+.PHONY: screenshots
+# The pictures of Argo CD's UI in the README and docs/argocd.md are taken by
+# the browser test, which make test runs too (checking the page and the docs
+# against each other, its screenshots left in a temporary directory).
+screenshots: ## Take the docs' screenshots of Argo CD's UI again (docs/images), with the browser test
+	$(SUBSTRATE) all
+	eval "$$($(SUBSTRATE) env)" && STACKFLOW_SCREENSHOTS=$(CURDIR)/docs/images go test -count=1 -timeout 15m $(GO_TEST_FLAGS) -run '^TestStackInArgoCDUI$$' ./operator/test/argocde2e/
+
 .PHONY: test-images
 # make test builds the release images for linux/amd64 only (and a small
 # program for both platforms): the arm64 cross-compilation of every release

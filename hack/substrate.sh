@@ -30,6 +30,7 @@
 # Usage: hack/substrate.sh COMMAND
 #   run | demo | all [SET|TOOL...]  obtain the set `make run`, `make demo`, `make test` need (and more)
 #   cluster                what the single-node cluster needs (the set `cluster`, below)
+#   chromium               Chromium for the browser tests, from Debian packages (chromium_packages)
 #   TOOL...                obtain these tools (see `tools` below)
 #   plan SET|TOOL...       say what would be taken or built, and how long a cold build takes
 #   cluster-check          succeed when this machine can run the cluster; else say why not
@@ -63,6 +64,12 @@ KARGO_VERSION=v1.11.2
 KARGO_COMMIT=20c56384dc3aa29911368fa9c0916e8f4a541252
 KARGO_SRC=${STACKFLOW_KARGO_SRC:-$here/../../shared/kargo/src}
 NETPOL_VERSION=v0.8.0
+# Argo CD's web UI (argocd3-ui): its source is the argo-cd module's ui/ with its
+# yarn.lock; the lockfile's one git dependency, argo-ui at the commit below, is
+# shared reference data beside the repository root (never copied into it).
+ARGO_UI_COMMIT=5cf36101733ce43eed57242a12389f2a7e40bd2b
+ARGO_UI_SRC=${STACKFLOW_ARGO_UI_SRC:-$here/../../shared/argo-ui/src}
+YARN_VERSION=1.22.22
 
 # Compatible version ranges of installed binaries: [min, max) (see the header).
 KUBE_RANGE=(v1.35.0 v1.36.0)
@@ -77,7 +84,7 @@ SET_demo=(kube pulumi-yaml pulumi rollouts argocd3 kargo)
 # would spend ~19 CPU-minutes on it. The suite runs its Argo CD tests on v2.14
 # too when it is cached, and skips them saying so when not; `make
 # test-argocd-2.14` builds it and runs them.
-SET_all=(kube pulumi-yaml pulumi rollouts argocd3 kargo)
+SET_all=(kube pulumi-yaml pulumi rollouts argocd3 kargo chromium)
 # The single-node cluster (test/framework/cluster): obtaining `cluster` also
 # installs the node's Debian packages (node_packages).
 SET_cluster=(kube cluster netpol)
@@ -89,7 +96,7 @@ SET_cluster=(kube cluster netpol)
 # theirs (2026-12-05: the cluster 507 s and kube-network-policies 437 s, one
 # after the other at a load average of 10, 570 CPU-s for both).
 declare -A COLD_MIN=(
-  [kube]=10 [pulumi]=7 [pulumi-yaml]=2 [rollouts]=2 [argocd]=19 [argocd3]=10 [kargo]=3
+  [kube]=10 [pulumi]=7 [pulumi-yaml]=2 [rollouts]=2 [argocd]=19 [argocd3]=13 [argocd3-ui]=3 [kargo]=3
   [controller-gen]=2 [protoc-tools]=5 [cluster]=5 [netpol]=4
 )
 
@@ -145,7 +152,11 @@ controller_gen_dir() { echo "$CACHE/controller-gen-$CONTROLLER_GEN_VERSION"; }
 rollouts_dir() { echo "$CACHE/rollouts-$ROLLOUTS_VERSION-$(tools_digest argo)"; }
 argocd_dir() { echo "$CACHE/argocd-$ARGOCD_VERSION-components-$(tools_digest argocd)"; }
 # (-rbac: the layout that keeps the API server's RBAC manifests too)
-argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components-rbac-$(tools_digest argo)"; }
+# (-ui: the API server embeds Argo CD's web UI, built by argocd3-ui; -noui where
+# ../shared/argo-ui is absent and the UI cannot be built)
+argocd3_dir() { echo "$CACHE/argocd-$ARGOCD3_VERSION-components-rbac-$(ui_layout)-$(tools_digest argo)"; }
+argocd3_ui_dir() { echo "$CACHE/argocd-ui-$ARGOCD3_VERSION-argo-ui-${ARGO_UI_COMMIT:0:8}-yarn-$YARN_VERSION"; }
+ui_layout() { if [ -f "$ARGO_UI_SRC/package.json" ]; then echo ui; else echo noui; fi; }
 kargo_dir() { echo "$CACHE/kargo-$KARGO_VERSION-$(tools_digest kargo)"; }
 netpol_dir() { echo "$CACHE/kube-network-policies-$NETPOL_VERSION-$(tools_digest netpol)"; }
 protoc_tools_dir() { echo "$CACHE/protoc-tools-buf-$BUF_VERSION-go-$PROTOC_GEN_GO_VERSION-grpc-$PROTOC_GEN_GO_GRPC_VERSION"; }
@@ -299,6 +310,8 @@ done_or_build() {
 # usable is there, and says which.
 obtain() {
   local tool=$1
+  # Chromium is Debian packages, not a build (chromium_packages).
+  if [ "$tool" = chromium ]; then HOW=packages; chromium_packages; return; fi
   resolve "$tool"
   case "$HOW" in
     explicit) log "$tool: using KUBEBUILDER_ASSETS=$WHERE ($WHAT)" ;;
@@ -376,6 +389,49 @@ node_packages() {
   # The package starts containerd as a service where there is an init system; the
   # cluster runs its own containerd with its own socket, so the service is not needed.
   log "installed ${missing[*]} in $((SECONDS - start))s"
+}
+
+# chromium_packages installs, from the machine's Debian packages, the Chromium
+# that test/framework/browser drives headless (the browser tests of Argo CD's
+# UI), and fonts-liberation (metric-compatible Arial, Times and Courier, which
+# chromium does not pull in) so that screenshots show text as a person's
+# browser does. Like node_packages it runs only what is missing and needs root.
+# Where there is no apt-get it says how to install Chromium and succeeds: the
+# browser tests then skip (browser.LocateOrSkip); where apt-get is, they fail
+# until this step has run.
+CHROMIUM_PACKAGES=(chromium fonts-liberation)
+# chromium_bin prints the Chromium the browser tests take, as
+# browser.Locate finds it: STACKFLOW_CHROMIUM, else chromium or
+# chromium-browser on PATH.
+chromium_bin() {
+  if [ -n "${STACKFLOW_CHROMIUM:-}" ]; then [ -x "$STACKFLOW_CHROMIUM" ] && echo "$STACKFLOW_CHROMIUM"; return; fi
+  command -v chromium 2>/dev/null || command -v chromium-browser 2>/dev/null
+}
+# chromium_missing prints the CHROMIUM_PACKAGES not installed (all of them
+# where there is no dpkg).
+chromium_missing() {
+  local p
+  for p in "${CHROMIUM_PACKAGES[@]}"; do
+    dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+  done
+}
+chromium_packages() {
+  local missing bin start=$SECONDS cpu0
+  mapfile -t missing < <(chromium_missing)
+  if [ ${#missing[@]} -eq 0 ] || ! command -v apt-get >/dev/null; then
+    if bin=$(chromium_bin); then log "chromium: using the installed $("$bin" --version 2>/dev/null) at $bin"; return 0; fi
+    log "chromium: skipped, no Chromium and no apt-get to install it: install Chromium with the machine's package manager (or set STACKFLOW_CHROMIUM to its binary); the browser tests skip meanwhile"
+    return 0
+  fi
+  [ "$(id -u)" -eq 0 ] || { log "chromium: need root to apt-get install ${missing[*]} (sudo $0 chromium); the browser tests fail without it"; return 1; }
+  log "apt-get install ${missing[*]}"
+  children_cpu; cpu0=$CPU
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  children_cpu
+  bin=$(chromium_bin) || { log "chromium: apt-get installed ${missing[*]}, but no chromium is on PATH"; return 1; }
+  log "installed ${missing[*]} ($("$bin" --version 2>/dev/null) at $bin) in $((SECONDS - start))s"
+  printf '[phase] substrate/chromium: %ds, %d CPU-s, ok\n' "$((SECONDS - start))" "$((CPU - cpu0))" >&2
 }
 
 # NODE_COMMANDS are what test/framework/cluster runs from the machine (its
@@ -493,7 +549,75 @@ build_argocd_components() {
   echo "$version" > "$out/VERSION"
 }
 build_argocd() { build_argocd_components "$here/tools/argocd" . v2 "$ARGOCD_VERSION" "$1"; }
-build_argocd3() { build_argocd_components "$here/tools/argo" ./cmd/argocd v3 "$ARGOCD3_VERSION" "$1"; }
+# build_argocd3 builds the v3 components with Argo CD's web UI embedded in the
+# API server: it reads index.html only from the assets embedded at build time
+# (ui.Embedded, `//go:embed dist/app` in the module's ui/), so the build takes a
+# writable copy of the argo-cd module whose ui/dist/app holds argocd3-ui's
+# assets and replaces the module with it (-modfile: a copy of the tools
+# module's go.mod, in OUT, removed after). Where argo-ui's source is absent,
+# the components are built without the UI, saying so.
+build_argocd3() {
+  local out=$1 dir=$here/tools/argo src
+  if [ "$(ui_layout)" = noui ]; then
+    log "argocd $ARGOCD3_VERSION: built without its web UI (no argo-ui source at $ARGO_UI_SRC; the browser tests skip)"
+    build_argocd_components "$dir" ./cmd/argocd v3 "$ARGOCD3_VERSION" "$out"
+    return
+  fi
+  done_or_build argocd3-ui
+  src=$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v3)
+  cp -r "$src" "$out/.argo-cd" && chmod -R u+w "$out/.argo-cd"
+  cp -r "$(argocd3_ui_dir)"/app/. "$out/.argo-cd/ui/dist/app/"
+  cp "$dir/go.mod" "$out/argo.mod"; cp "$dir/go.sum" "$out/argo.sum"
+  (cd "$dir" && go mod edit -modfile="$out/argo.mod" -replace="github.com/argoproj/argo-cd/v3=$out/.argo-cd")
+  GOFLAGS="${GOFLAGS:-} -modfile=$out/argo.mod" build_argocd_components "$dir" ./cmd/argocd v3 "$ARGOCD3_VERSION" "$out"
+  rm -rf "$out/.argo-cd" "$out/argo.mod" "$out/argo.sum"
+  touch "$out/ui-embedded"
+}
+
+# build_argocd3_ui builds Argo CD's web UI (the assets its API server embeds)
+# from the argo-cd module's ui/ and yarn.lock with yarn v1 from the npm
+# registry: argo-ui, the lockfile's git dependency, is taken from ARGO_UI_SRC
+# (a copy, as `file:../../argo-ui`: its lockfile entry is rewritten to that,
+# dependencies unchanged, and every registry.yarnpkg.com URL read as the npm
+# registry's, same tarballs and integrity hashes), and `yarn install
+# --frozen-lockfile` refuses any resolution the lockfile does not pin.
+# Measured here: install ~70 s, build ~70 s on 2 cores; 42 MB of assets in
+# OUT/app (node_modules, ~1 GB, and yarn's download cache are removed after).
+build_argocd3_ui() {
+  local out=$1 src work=$1/.work rel lock
+  src=$(cd "$here/tools/argo" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v3)
+  grep -q "#$ARGO_UI_COMMIT\"" "$src/ui/yarn.lock" || { log "argo-cd $ARGOCD3_VERSION's ui/yarn.lock does not pin argo-ui $ARGO_UI_COMMIT (update ARGO_UI_COMMIT and ../shared/argo-ui)"; return 1; }
+  mkdir -p "$work/argo-cd"
+  cp -r "$src/ui" "$work/argo-cd/ui" && chmod -R u+w "$work/argo-cd/ui"
+  cp -r "$ARGO_UI_SRC" "$work/argo-ui" && chmod -R u+w "$work/argo-ui"
+  rel=../../argo-ui
+  log "npm install yarn@$YARN_VERSION"
+  npm install --silent --no-audit --no-fund --prefix "$work/yarn" "yarn@$YARN_VERSION" >/dev/null
+  (
+    cd "$work/argo-cd/ui"
+    sed -i "s#\"argo-ui\": \"git+https://github.com/argoproj/argo-ui.git\"#\"argo-ui\": \"file:$rel\"#" package.json
+    grep -q "\"argo-ui\": \"file:$rel\"" package.json || { log "ui/package.json: no argo-ui git dependency to point at $rel"; exit 1; }
+    lock=$(awk -v rel="$rel" '
+      /^"argo-ui@git\+/ { print "\"argo-ui@file:" rel "\":"; inentry = 1; next }
+      inentry && /^  resolved / { next }
+      /^$/ { inentry = 0 }
+      { print }' yarn.lock | sed 's#https://registry.yarnpkg.com/#https://registry.npmjs.org/#')
+    printf '%s\n' "$lock" > yarn.lock
+    export YARN_CACHE_FOLDER=$work/yarn-cache
+    local start=$SECONDS
+    log "yarn install --frozen-lockfile (argo-cd $ARGOCD3_VERSION ui/, ~70 s)"
+    "$work/yarn/node_modules/.bin/yarn" install --frozen-lockfile --non-interactive --silent --network-timeout 120000 >"$work/install.log" 2>&1 ||
+      { tail -30 "$work/install.log" >&2; exit 1; }
+    log "yarn install: $((SECONDS - start))s"
+    start=$SECONDS
+    log "yarn build (webpack, production, ~70 s)"
+    "$work/yarn/node_modules/.bin/yarn" build >"$work/build.log" 2>&1 || { tail -30 "$work/build.log" >&2; exit 1; }
+    log "yarn build: $((SECONDS - start))s"
+  )
+  [ -f "$work/argo-cd/ui/dist/app/index.html" ] || { log "the UI build wrote no index.html"; return 1; }
+  mv "$work/argo-cd/ui/dist/app" "$out/app"
+  rm -rf "$work"
+}
 
 # build_kargo builds Kargo's control plane (one binary; sub-commands controller,
 # kubernetes-webhooks-server, management-controller, …) and its git askpass
@@ -586,10 +710,15 @@ obtain_all() {
   local tool todo=() chain0 chain1 pids=() rc=0 tools
   mapfile -t tools < <(expand "$@")
   for tool in "${tools[@]}"; do
+    [ "$tool" != chromium ] || continue
     resolve "$tool"
     if [ "$HOW" = build ]; then todo+=("$tool"); else obtain "$tool"; fi
   done
-  if [[ " ${tools[*]} " == *" cluster "* ]]; then node_packages & pids+=($!); fi
+  # The Debian packages run one apt-get after the other: they share dpkg's lock.
+  local apt=()
+  if [[ " ${tools[*]} " == *" cluster "* ]]; then apt+=(node_packages); fi
+  if [[ " ${tools[*]} " == *" chromium "* ]]; then apt+=(chromium_packages); fi
+  if [ ${#apt[@]} -gt 0 ]; then (for f in "${apt[@]}"; do "$f" || exit 1; done) & pids+=($!); fi
   if [ ${#todo[@]} -gt 0 ]; then
     log "to build: ${todo[*]} (cold estimate $(estimate "${todo[@]}"))"
     { read -r chain0; read -r chain1; } < <(deal "${todo[@]}")
@@ -613,6 +742,7 @@ estimate() {
 plan() {
   local tool todo=() p missing=()
   for tool in $(expand "$@"); do
+    if [ "$tool" = chromium ]; then plan_chromium; continue; fi
     resolve "$tool"
     case "$HOW" in
       explicit) printf '  %-14s KUBEBUILDER_ASSETS %s (%s)\n' "$tool" "$WHERE" "$WHAT" ;;
@@ -636,6 +766,16 @@ plan() {
   echo "  chains: ${chain0} | ${chain1}"
 }
 
+# plan_chromium: plan's line for Chromium (Debian packages, not a build).
+plan_chromium() {
+  local missing bin
+  mapfile -t missing < <(chromium_missing)
+  if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null; then
+    printf '  %-14s to install with apt-get (~30 s, beside the builds): %s\n' chromium "${missing[*]}"
+  elif bin=$(chromium_bin); then printf '  %-14s installed: %s\n' chromium "$bin"
+  else printf '  %-14s skipped: no Chromium and no apt-get (the browser tests skip)\n' chromium; fi
+}
+
 # env_line VAR TOOL: the export of TOOL's resolved directory (built or not).
 env_line() { resolve "$2"; echo "export $1=$WHERE"; }
 
@@ -644,6 +784,7 @@ case "${1:-all}" in
   run|demo|all) obtain_all "$@" ;;
   cluster) obtain_all cluster ;;
   node-packages) node_packages ;;
+  chromium) chromium_packages ;;
   # cluster-check: succeeds when this machine can run the cluster; else says why not.
   cluster-check) cluster_check ;;
   plan) shift; plan "$@" ;;
@@ -658,13 +799,15 @@ case "${1:-all}" in
     env_line STACKFLOW_KARGO kargo
     env_line STACKFLOW_CLUSTER cluster
     env_line STACKFLOW_NETPOL netpol
+    # Chromium only where it is installed (a package, not a build).
+    if bin=$(chromium_bin); then echo "export STACKFLOW_CHROMIUM=$bin"; fi
     ;;
   dir) tool_dir "$2" ;;
   # cached TOOL: succeeds when TOOL's build is complete in the cache (builds nothing).
   cached) is_cached "$2" ;;
-  tools) printf '%s\n' kube pulumi pulumi-yaml rollouts argocd argocd3 kargo controller-gen protoc-tools cluster netpol ;;
-  kube|pulumi|pulumi-yaml|rollouts|argocd|argocd3|kargo|controller-gen|protoc-tools|netpol)
+  tools) printf '%s\n' kube pulumi pulumi-yaml rollouts argocd argocd3 argocd3-ui kargo controller-gen protoc-tools cluster netpol chromium ;;
+  kube|pulumi|pulumi-yaml|rollouts|argocd|argocd3|argocd3-ui|kargo|controller-gen|protoc-tools|netpol)
     # A tool asked for by name and absent here is a failure, not a skip.
     for tool in "$@"; do obtain "$tool"; [ "$HOW" != absent ] || exit 1; done ;;
-  *) echo "usage: $0 [run|demo|all|TOOL...|plan SET|TOOL...|env|dir TOOL|cached TOOL|tools|cluster|node-packages]" >&2; exit 2 ;;
+  *) echo "usage: $0 [run|demo|all|TOOL...|plan SET|TOOL...|env|dir TOOL|cached TOOL|tools|cluster|node-packages|chromium]" >&2; exit 2 ;;
 esac

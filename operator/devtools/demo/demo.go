@@ -298,7 +298,11 @@ func (d *demo) startArgoCD(ctx context.Context) error {
 	if err := build.InstallCRDs(d.local.CP.Env); err != nil {
 		return fmt.Errorf("install Argo CD CRDs: %w", err)
 	}
-	d.argo, err = argocd.Start(ctx, argocd.Options{Build: build, Env: d.local.CP.Env, Client: d.c, Dir: filepath.Join(d.local.Dir, "argocd"), RepoRoot: substrate.RepoRoot()})
+	// TLS (a self-signed certificate for 127.0.0.1) where the UI is served:
+	// a browser then speaks HTTP/2 to it, which the UI's watch streams need
+	// (argocd.Options.TLS).
+	d.argo, err = argocd.Start(ctx, argocd.Options{Build: build, Env: d.local.CP.Env, Client: d.c, Dir: filepath.Join(d.local.Dir, "argocd"), RepoRoot: substrate.RepoRoot(),
+		TLS: build.UI})
 	if err != nil {
 		return fmt.Errorf("start Argo CD: %w", err)
 	}
@@ -309,7 +313,7 @@ func (d *demo) startArgoCD(ctx context.Context) error {
 			return err
 		}
 		d.argoUI = url
-		d.scr.Say("Argo CD UI: open %s in a browser to watch the stages move (no login: authentication is off, loopback only)", url)
+		d.scr.Say("Argo CD UI: open %s in a browser to watch the stages move (no login: authentication is off, loopback only; the certificate is self-signed for 127.0.0.1: accept it)", url)
 	} else {
 		d.scr.Say("Argo CD's web UI is not in this build (it needs ../shared/argo-ui: see hack/substrate.sh argocd3-ui); its API and health checks run all the same")
 	}

@@ -210,11 +210,21 @@ type Options struct {
 	Accounts map[string]string
 	// RBACPolicy is argocd-rbac-cm's policy.csv (no default role).
 	RBACPolicy string
+	// TLS serves the API server (and the UI) over HTTPS with a self-signed
+	// certificate for 127.0.0.1 (Instance.CACert), so that a browser talks
+	// HTTP/2 to it: over plain HTTP/1.1 the UI's watch streams hold the six
+	// connections a browser opens to one host, and its next requests (a
+	// resource's details panel) never leave. Without, plain HTTP
+	// (--insecure).
+	TLS bool
 }
 
 // Instance is a running Argo CD.
 type Instance struct {
-	// APIURL is the API server's base URL (plain HTTP, authentication
+	// CACert is the API server's self-signed certificate (PEM) with
+	// Options.TLS, else nil.
+	CACert []byte
+	// APIURL is the API server's base URL (https with Options.TLS, else plain HTTP; authentication
 	// disabled: loopback only).
 	APIURL string
 	// RedisAddr is the Redis the components share.
@@ -253,7 +263,8 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := installSettings(ctx, o); err != nil {
+	tlsCert, err := installSettings(ctx, o)
+	if err != nil {
 		return nil, err
 	}
 	in := &Instance{}
@@ -329,8 +340,11 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 	}
 	serverArgs := []string{
 		"--kubeconfig", in.ServerKubeconfig, "--namespace", Namespace, "--repo-server", repoAddr, "--repo-server-plaintext",
-		"--insecure", "--address", "127.0.0.1", "--port", strconv.Itoa(apiPort), "--metrics-port", strconv.Itoa(apiMetrics),
+		"--address", "127.0.0.1", "--port", strconv.Itoa(apiPort), "--metrics-port", strconv.Itoa(apiMetrics),
 		"--dex-server", "http://127.0.0.1:1",
+	}
+	if !o.TLS {
+		serverArgs = append(serverArgs, "--insecure")
 	}
 	if len(o.Accounts) == 0 {
 		serverArgs = append(serverArgs, "--disable-auth")
@@ -341,6 +355,10 @@ func Start(ctx context.Context, o Options) (_ *Instance, err error) {
 		return nil, err
 	}
 	in.APIURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(apiPort))
+	if o.TLS {
+		in.APIURL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(apiPort))
+		in.CACert = tlsCert
+	}
 	return in, nil
 }
 
@@ -491,15 +509,15 @@ func ConfigMap(repoRoot, base string) (*corev1.ConfigMap, error) {
 
 // installSettings creates the argocd namespace, argocd-cm and argocd-secret
 // (server.secretkey, which every component's settings manager reads).
-func installSettings(ctx context.Context, o Options) error {
+func installSettings(ctx context.Context, o Options) (tlsCert []byte, err error) {
 	c, b, repoRoot := o.Client, o.Build, o.RepoRoot
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+		return nil, err
 	}
 	cm, err := ConfigMap(repoRoot, b.ConfigMap)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cm.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}
 	if b.Major() == 2 {
@@ -511,11 +529,11 @@ func installSettings(ctx context.Context, o Options) error {
 		cm.Data["accounts."+name] = "login"
 	}
 	if err := c.Patch(ctx, cm, client.Apply, client.FieldOwner("stackflow-test"), client.ForceOwnership); err != nil {
-		return fmt.Errorf("apply argocd-cm: %w", err)
+		return nil, fmt.Errorf("apply argocd-cm: %w", err)
 	}
 	key := make([]byte, 32)
 	if _, err := io.ReadFull(rand.Reader, key); err != nil {
-		return err
+		return nil, err
 	}
 	sec := &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
@@ -523,10 +541,17 @@ func installSettings(ctx context.Context, o Options) error {
 		Data:       map[string][]byte{"server.secretkey": key},
 	}
 	if err := addAccounts(sec, o.Accounts); err != nil {
-		return err
+		return nil, err
+	}
+	if o.TLS {
+		var key []byte
+		if tlsCert, key, err = loopbackCert(); err != nil {
+			return nil, err
+		}
+		sec.Data["tls.crt"], sec.Data["tls.key"] = tlsCert, key
 	}
 	if err := c.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create argocd-secret: %w", err)
+		return nil, fmt.Errorf("create argocd-secret: %w", err)
 	}
 	if len(o.Accounts) > 0 {
 		rbac := &corev1.ConfigMap{
@@ -534,10 +559,10 @@ func installSettings(ctx context.Context, o Options) error {
 			Data:       map[string]string{"policy.csv": o.RBACPolicy, "policy.default": ""},
 		}
 		if err := c.Create(ctx, rbac); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create argocd-rbac-cm: %w", err)
+			return nil, fmt.Errorf("create argocd-rbac-cm: %w", err)
 		}
 	}
-	return nil
+	return tlsCert, nil
 }
 
 // RunAction runs a resource action (e.g. reconcile-now) on a resource of an
@@ -602,6 +627,9 @@ func (in *Instance) CheckUI(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// As a browser asks: the server answers a page's path with index.html
+	// only for requests accepting HTML.
+	req.Header.Set("Accept", "text/html")
 	resp, err := in.do(req)
 	if err != nil {
 		return "", fmt.Errorf("Argo CD UI at %s: %w", url, err)

@@ -131,7 +131,7 @@ func (in *Instance) Login(ctx context.Context, user, password string) (*Instance
 // As is the Instance sending API requests with token (a session's). It
 // shares the processes but cannot stop them.
 func (in *Instance) As(token string) *Instance {
-	return &Instance{APIURL: in.APIURL, RedisAddr: in.RedisAddr, Kubeconfig: in.Kubeconfig, ServerKubeconfig: in.ServerKubeconfig, token: token}
+	return &Instance{APIURL: in.APIURL, CACert: in.CACert, RedisAddr: in.RedisAddr, Kubeconfig: in.Kubeconfig, ServerKubeconfig: in.ServerKubeconfig, token: token}
 }
 
 // do sends an API request, authenticated when the Instance has a session.
@@ -139,7 +139,7 @@ func (in *Instance) do(req *http.Request) (*http.Response, error) {
 	if in.token != "" {
 		req.Header.Set("Authorization", "Bearer "+in.token)
 	}
-	return (&http.Client{Timeout: apiTimeout}).Do(req)
+	return in.httpClient().Do(req)
 }
 
 // APIError is an API server's refusal: its HTTP status and message.
