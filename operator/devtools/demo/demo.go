@@ -126,13 +126,13 @@ type demo struct {
 	// argoVersion is the running Argo CD's version.
 	argoVersion string
 	// argoUI is the URL of Argo CD's web UI, when the build embeds it.
-	argoUI string
-	git         *gitServer
-	program     *repo
-	mf          *repo
-	stages      []stage
-	analysis    string
-	token       string
+	argoUI   string
+	git      *gitServer
+	program  *repo
+	mf       *repo
+	stages   []stage
+	analysis string
+	token    string
 	// kargo is the real Kargo, when it runs.
 	kargo *kargoRun
 }
