@@ -18,7 +18,9 @@
 //   - argocd, rollouts, kargo: the real Argo CD, Argo Rollouts' controller
 //     and Kargo (with examples/kargo's pipeline) as processes;
 //   - cluster (with netprobe/cmd/stackflow-netprobe): a single-node cluster
-//     from real components.
+//     from real components;
+//   - browser: headless Chromium (Debian's) driven with chromedp, to look at
+//     a page (Argo CD's UI) as a person does.
 //
 // What lives here is a library: its own tests check the harness itself
 // (that the control plane is the built one, that the fake refuses what
