@@ -48,14 +48,9 @@ func TestApproveThroughArgoCD(t *testing.T) {
 		o.Accounts = map[string]string{"alice": "alice-password", "bob": "bob-password"}
 		o.RBACPolicy = approvalPolicy
 	})
-	cp, argo, c := e.cp, e.argo, e.c
+	argo, c := e.argo, e.c
 	ctx := context.Background()
-	ns := cp.Namespace(t)
-	if err := substrate.InstallPlanApprovalPolicy(ctx, cp.Config, c, ns); err != nil {
-		t.Fatal(err)
-	}
-	pe := substrate.NewPulumi(t)
-	startOperator(t, cp, ns, pe)
+	ns, pe := e.approvalNamespace(t)
 
 	r := serveRepos(t)
 	prog := r.prog

@@ -23,7 +23,10 @@ import (
 
 // program is a Pulumi YAML program of one test provider record; the record
 // takes a few seconds to create, so that an update is seen running.
-func program(content, failOn string) string {
+func program(content, failOn string) string { return programSleeping(content, failOn, 4) }
+
+// programSleeping is program with a record that takes seconds to create.
+func programSleeping(content, failOn string, seconds int) string {
 	return fmt.Sprintf(`name: synced
 runtime: yaml
 resources:
@@ -33,8 +36,8 @@ resources:
       name: ${pulumi.stack}
       content: %s
       failOn: "%s"
-      sleepSeconds: 4
-`, content, failOn)
+      sleepSeconds: %d
+`, content, failOn, seconds)
 }
 
 // manifests are an Application's files: a ConfigMap in wave -1, the Stack in

@@ -86,6 +86,20 @@ func startArgo(t *testing.T, v argocd.Version, configure ...func(*argocd.Options
 	return &argoEnv{build: build, cp: cp, c: c, argo: argo}
 }
 
+// approvalNamespace is a new namespace of e's control plane with the plan
+// approval admission policy installed and the operator started for it, and
+// the Pulumi engine the operator runs.
+func (e *argoEnv) approvalNamespace(t *testing.T) (string, *substrate.Pulumi) {
+	t.Helper()
+	ns := e.cp.Namespace(t)
+	if err := substrate.InstallPlanApprovalPolicy(context.Background(), e.cp.Config, e.c, ns); err != nil {
+		t.Fatal(err)
+	}
+	pe := substrate.NewPulumi(t)
+	startOperator(t, e.cp, ns, pe)
+	return ns, pe
+}
+
 // scheme adds Argo CD's types to the test client's.
 func scheme() *runtime.Scheme {
 	s := substrate.Scheme()

@@ -54,19 +54,7 @@ func uiCaption(s uiState) string {
 
 // uiProgram is a one-record program whose update takes seconds long
 // enough for a person (and the test) to see it running.
-func uiProgram(content, failOn string) string {
-	return fmt.Sprintf(`name: synced
-runtime: yaml
-resources:
-  rec:
-    type: stackflowtest:index:Record
-    properties:
-      name: ${pulumi.stack}
-      content: %s
-      failOn: "%s"
-      sleepSeconds: 8
-`, content, failOn)
-}
+func uiProgram(content, failOn string) string { return programSleeping(content, failOn, 8) }
 
 // uiPolicy lets alice see Applications and run the Stack's actions.
 const uiPolicy = `p, role:operator, applications, get, */*, allow
@@ -109,14 +97,9 @@ func TestStackInArgoCDUI(t *testing.T) {
 		o.RBACPolicy = uiPolicy
 		o.TLS = true
 	})
-	cp, argo, c := e.cp, e.argo, e.c
+	argo, c := e.argo, e.c
 	ctx := context.Background()
-	ns := cp.Namespace(t)
-	if err := substrate.InstallPlanApprovalPolicy(ctx, cp.Config, c, ns); err != nil {
-		t.Fatal(err)
-	}
-	pe := substrate.NewPulumi(t)
-	startOperator(t, cp, ns, pe)
+	ns, pe := e.approvalNamespace(t)
 	if _, err := argo.CheckUI(ctx); err != nil {
 		t.Fatal(err)
 	}
