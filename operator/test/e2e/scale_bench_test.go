@@ -68,11 +68,12 @@ import (
 // which requests were made, per operator, in the run and in the steady
 // interval. Nothing is asserted on time: a run fails only when its
 // listings are clearly wrong (more than twice the repositories in one
-// interval) or when no Workspace reaches its head for 5 minutes. Run one
-// process per sub-benchmark for clean peaks (a process's caches and heap
-// from a larger run stay), with -benchtime 1x:
+// interval) or when no more Workspaces reach their head, or no more
+// StatefulSets appear, for 5 minutes. Run one process per sub-benchmark
+// for clean peaks (a process's caches and heap from a larger run stay),
+// with -benchtime 1x:
 //
-//	go test -run '^$' -bench 'ControllerAtScale/stacks=1000/shards=1' -benchtime 1x -timeout 60m ./operator/test/e2e/
+//	go test -run '^$' -bench 'ControllerAtScale/stacks=1000/shards=1$' -benchtime 1x -timeout 60m ./operator/test/e2e/
 func BenchmarkControllerAtScale(b *testing.B) {
 	sizes := []int{1000, 2000, 5000, 10000}
 	if v := os.Getenv("STACKFLOW_BENCH_STACKS"); v != "" {
