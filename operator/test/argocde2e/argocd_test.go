@@ -226,7 +226,16 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 				t.Fatal(err)
 			}
 			a, s := get()
-			return cond(a, s, stackHealth()), nil
+			// The resource tree is answered from the application
+			// controller's cluster cache; until its first sync ends (slow
+			// on a loaded machine) the API server answers with "refresh
+			// deadline exceeded" or the client times out. That is waiting,
+			// not failure: the poll's deadline bounds it.
+			h, err := argo.ResourceHealth(ctx, app.Name, pulumiv1.GroupVersion.WithKind("Stack").GroupKind(), ns, "web")
+			if err != nil {
+				return false, err
+			}
+			return cond(a, s, h), nil
 		})
 	}
 
