@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -116,7 +117,7 @@ func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ s
 		}
 	case err != nil:
 		return Status{}, err
-	default:
+	case !serviceMatches(&curSvc, svc):
 		curSvc.Labels, curSvc.Annotations = svc.Labels, svc.Annotations
 		curSvc.Spec.Ports, curSvc.Spec.Selector = svc.Spec.Ports, svc.Spec.Selector
 		if err := r.Client.Update(ctx, &curSvc); err != nil {
@@ -164,6 +165,17 @@ func (r *PodRuntime) Ensure(ctx context.Context, ws *autov1alpha1.Workspace, _ s
 		return r.podIPStatus(ctx, ws, want)
 	}
 	return Status{Ready: true, Address: pod.Address(ws, opts.Port), Message: "workspace pod ready"}, nil
+}
+
+// serviceMatches: cur (as read) already has the labels, annotations, ports
+// and selector the operator sets on want, so it is not written again (every
+// reconcile of every Workspace would otherwise update its Service). The
+// built ports set every field the API server would default.
+func serviceMatches(cur, want *corev1.Service) bool {
+	return equality.Semantic.DeepEqual(cur.Labels, want.Labels) &&
+		equality.Semantic.DeepEqual(cur.Annotations, want.Annotations) &&
+		equality.Semantic.DeepEqual(cur.Spec.Ports, want.Spec.Ports) &&
+		equality.Semantic.DeepEqual(cur.Spec.Selector, want.Spec.Selector)
 }
 
 // podIPStatus is the ready Status addressing the agent at its pod's IP
