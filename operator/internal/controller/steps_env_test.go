@@ -196,8 +196,10 @@ func (f *fakeRuntime) Remove(context.Context, *autov1alpha1.Workspace) error {
 type fakeAgent struct {
 	agentv1.UnimplementedAgentServer
 	mu sync.Mutex
-	// info is what Info answers (its Checkout the last checkout).
-	info *agentv1.InfoResponse
+	// info is what Info answers (its Checkout the last checkout), unless
+	// infoErr is set.
+	info    *agentv1.InfoResponse
+	infoErr error
 	// checkoutFails, when set, is the state the next Checkout ends in.
 	checkoutFails *agentv1.CheckoutStatus
 	checkouts     []*agentv1.CheckoutRequest
@@ -232,6 +234,9 @@ func (a *fakeAgent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.sawBearer(ctx)
+	if a.infoErr != nil {
+		return nil, a.infoErr
+	}
 	return a.info, nil
 }
 

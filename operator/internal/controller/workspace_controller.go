@@ -50,6 +50,14 @@ type WorkspaceReconciler struct {
 	// agent (which knows what it holds) accepts the same configuration at
 	// once, even while an update runs.
 	applied sync.Map // types.UID → appliedConfig
+	// tokens remembers, per Workspace UID, the agent token read from (or
+	// written to) its Secret, so a Workspace looked at again does not read
+	// the Secret again (Secrets are read from the API server, uncached). A
+	// token never changes for a UID (the Secret's name carries it); the
+	// memory is dropped when the agent refuses the token, when the runtime
+	// reports the Workspace failing (a deleted Secret is then recreated), and
+	// with the Workspace. A restarted operator reads the Secret again.
+	tokens sync.Map // types.UID → string
 
 	// Now is the clock deciding checkout retries; nil means time.Now.
 	Now func() time.Time
@@ -112,6 +120,7 @@ func (r *WorkspaceReconciler) reconcileDelete(ctx context.Context, sc *workspace
 	}
 	r.Agents.Forget(ws.Status.Address)
 	r.applied.Delete(ws.UID)
+	r.tokens.Delete(ws.UID)
 	if controllerutil.RemoveFinalizer(ws, workspaceFinalizer) {
 		if err := r.Update(ctx, ws); client.IgnoreNotFound(err) != nil {
 			return err
@@ -142,6 +151,10 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, sc *workspaceS
 	if !r.Agents.WorkspaceTokens() {
 		return nil
 	}
+	if t, ok := r.tokens.Load(ws.UID); ok {
+		sc.token = t.(string)
+		return nil
+	}
 	key := types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws)}
 	var s corev1.Secret
 	err := r.Get(ctx, key, &s)
@@ -152,6 +165,7 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, sc *workspaceS
 					"waiting for it to be deleted so that the operator issues the token", key.Name)}
 		}
 		sc.token = string(s.Data[pod.TokenSecretKey])
+		r.tokens.Store(ws.UID, sc.token)
 		return nil
 	}
 	if !apierrors.IsNotFound(err) {
@@ -173,6 +187,7 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, sc *workspaceS
 		return fmt.Errorf("create agent token secret: %w", err)
 	}
 	sc.token = string(s.Data[pod.TokenSecretKey])
+	r.tokens.Store(ws.UID, sc.token)
 	return nil
 }
 
@@ -184,6 +199,11 @@ func (r *WorkspaceReconciler) reconcileRuntime(ctx context.Context, sc *workspac
 		return err
 	}
 	sc.st = st
+	if st.Failed || st.Reason != "" {
+		// Failing (a deleted token Secret the pod cannot mount, say): read
+		// the token Secret again next time, recreating it if it is gone.
+		r.tokens.Delete(sc.ws.UID)
+	}
 	switch {
 	case st.Failed:
 		// The runtime (or the kubelet) keeps retrying; look again then. Pod
@@ -193,11 +213,23 @@ func (r *WorkspaceReconciler) reconcileRuntime(ctx context.Context, sc *workspac
 		// Failing while Kubernetes retries: not ready, not stalled (yet).
 		return &waitingError{reason: st.Reason, msg: st.Message, requeue: recheck(st, 10*time.Second)}
 	case !st.Ready:
-		// Waiting for the agent to fetch and install; pod readiness also
-		// triggers a reconcile through the StatefulSet watch.
-		return &waitingError{reason: autov1alpha1.WorkspaceReasonInitializing, msg: st.Message, requeue: 2 * time.Second}
+		// Waiting for the agent to fetch and install. Where pods are watched
+		// (the pod runtime), pod and StatefulSet changes trigger the next
+		// reconcile and the requeue is only a safety net: looking every 2 s
+		// at thousands of starting (or unschedulable) workspaces is most of
+		// a fleet's steady API load. The local runtime is not watched.
+		return &waitingError{reason: autov1alpha1.WorkspaceReasonInitializing, msg: st.Message, requeue: r.startingRecheck()}
 	}
 	return nil
+}
+
+// startingRecheck is when a Workspace whose agent is starting is looked at
+// again without an event.
+func (r *WorkspaceReconciler) startingRecheck() time.Duration {
+	if r.WatchPods {
+		return 30 * time.Second
+	}
+	return 2 * time.Second
 }
 
 // reconcileAgent connects to the serving agent and asks what it holds.
@@ -214,6 +246,11 @@ func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, sc *workspaceS
 	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	info, err := agent.Info(callCtx, &agentv1.InfoRequest{})
+	if status.Code(err) == codes.Unauthenticated {
+		// The agent holds another token than the one remembered: read
+		// the Secret again.
+		r.tokens.Delete(ws.UID)
+	}
 	if err != nil {
 		// The agent may be restarting; try again shortly.
 		return &waitingError{reason: autov1alpha1.WorkspaceReasonConnectionFailed, requeue: 5 * time.Second,

@@ -48,7 +48,7 @@ func TestWorkspaceSteps(t *testing.T) {
 	// Starting: the first reconcile adds the finalizer, issues the token and
 	// stores Initializing (not lost to its own finalizer update).
 	rt.set(workspace.Status{Message: "waiting for the pod"})
-	if after := reconcile("starting"); after != 2*time.Second {
+	if after := reconcile("starting"); after != 2*time.Second { // the local runtime: not watched
 		t.Fatalf("starting: requeue %s, want 2s", after)
 	}
 	conditionIs(t, ws, ready, metav1.ConditionFalse, autov1alpha1.WorkspaceReasonInitializing)
