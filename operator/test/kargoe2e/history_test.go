@@ -7,11 +7,27 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // backendUpdate is one operation in the file backend's history.
 type backendUpdate struct {
 	Kind, Result, Head string
+	// Took is the engine's own time, from the record's start and end
+	// (whole seconds).
+	Took time.Duration
+}
+
+// engineTime is the engine's time for the last record of commit in the
+// stack's history (0 when none).
+func engineTime(t testing.TB, backend, project, stack, commit string) time.Duration {
+	var took time.Duration
+	for _, u := range backendHistory(t, backend, project, stack) {
+		if u.Head == commit {
+			took = u.Took
+		}
+	}
+	return took
 }
 
 // backendHistory reads the file backend's history of a Pulumi stack of the
@@ -32,11 +48,14 @@ func backendHistory(t testing.TB, backend, project, stack string) []backendUpdat
 			Kind        string            `json:"kind"`
 			Result      string            `json:"result"`
 			Environment map[string]string `json:"environment"`
+			StartTime   int64             `json:"startTime"`
+			EndTime     int64             `json:"endTime"`
 		}
 		if err := json.Unmarshal(b, &h); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		out = append(out, backendUpdate{Kind: h.Kind, Result: h.Result, Head: h.Environment["git.head"]})
+		out = append(out, backendUpdate{Kind: h.Kind, Result: h.Result, Head: h.Environment["git.head"],
+			Took: time.Duration(h.EndTime-h.StartTime) * time.Second})
 	}
 	return out
 }

@@ -161,7 +161,10 @@ func TestKargoPromotesStacks(t *testing.T) {
 	p.absentStackFailsAfterTheGrace(ctx, f1.Name)
 	// Release 1 was committed before the Warehouse existed: its clock starts
 	// when the Warehouse was applied.
-	tl.report(t, "release 1", r1, p.start, f1.Name, map[string]time.Time{"dev": {}, "preview": {}, "test": testStart, "prod": merged})
+	tl.report(t, "release 1", r1, p.start, f1.Name, map[string]time.Time{"dev": {}, "preview": {}, "test": testStart, "prod": merged},
+		func(stage, commit string) time.Duration {
+			return engineTime(t, p.pe.Backend, programProject, stage, commit)
+		})
 
 	// Release 2 is broken: its dev promotion fails with the service's reason.
 	r2 := p.program.Commit(t, "Release 2: breaks on update", map[string]string{"programs/web/Pulumi.yaml": program(2, true)})

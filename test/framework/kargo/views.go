@@ -236,6 +236,24 @@ func (p *Pipeline) Freight(ctx context.Context, name string) (*Freight, error) {
 	return f, nil
 }
 
+// AllPromotions lists the project's Promotions (nil on error).
+func (p *Pipeline) AllPromotions(ctx context.Context) []*Promotion {
+	items, err := p.list(ctx, PromotionKind)
+	if err != nil {
+		return nil
+	}
+	var out []*Promotion
+	for i := range items {
+		pr := &Promotion{}
+		if err := fromUnstructured(&items[i], pr); err != nil {
+			continue
+		}
+		pr.Name, pr.Created, pr.Annotations = items[i].GetName(), items[i].GetCreationTimestamp().Time, items[i].GetAnnotations()
+		out = append(out, pr)
+	}
+	return out
+}
+
 // PromotionOf is the newest Promotion of the Freight into the Stage (nil
 // when none).
 func (p *Pipeline) PromotionOf(ctx context.Context, stage, freight string) (*Promotion, error) {
