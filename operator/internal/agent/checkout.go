@@ -83,6 +83,7 @@ func (s *Server) Checkout(_ context.Context, req *agentv1.CheckoutRequest) (*age
 		ctx, cancel := context.WithCancel(context.Background())
 		c = &checkout{cancel: cancel, done: make(chan struct{}), status: &agentv1.CheckoutStatus{
 			SourceRef: ref, State: agentv1.CheckoutState_CHECKOUT_STATE_RUNNING, Message: "checking out " + ref,
+			StartTimeUnixNano: s.now().UnixNano(),
 		}}
 		s.checkout = c
 		s.checkoutDirs++

@@ -133,9 +133,14 @@ func TestAgentChecksOutInPlace(t *testing.T) {
 	// While the fetch is held, the agent refuses operations and
 	// configuration; a checkout of another revision replaces it.
 	g.shut()
+	asked := time.Now()
 	st, err := c.Checkout(ctx, &agentv1.CheckoutRequest{GitRef: shaB})
 	if err != nil || st.State != agentv1.CheckoutState_CHECKOUT_STATE_RUNNING || st.SourceRef != shaB {
 		t.Fatalf("checkout of B = %v, %v; want running", st, err)
+	}
+	// Its start time (the operator's polls slow down as it lasts).
+	if started := time.Unix(0, st.StartTimeUnixNano); started.Before(asked.Add(-time.Second)) || started.After(time.Now()) {
+		t.Fatalf("checkout of B started at %s, asked at %s", started, asked)
 	}
 	substrate.Eventually(t, time.Minute, "the fetch of B to reach the git server", func() (bool, error) {
 		return g.waiting() > 0, nil

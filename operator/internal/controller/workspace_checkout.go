@@ -84,7 +84,8 @@ func decideCheckout(spec *autov1alpha1.WorkspaceSpec, info *agentv1.InfoResponse
 	switch co.GetState() {
 	case agentv1.CheckoutState_CHECKOUT_STATE_RUNNING:
 		return checkoutDecision{Action: checkoutWait, Reason: autov1alpha1.WorkspaceReasonInitializing,
-			Message: fmt.Sprintf("the agent is checking out %s in place (it holds %s)", ref, shortRev(info.GetRevision())), After: 2 * time.Second}
+			Message: fmt.Sprintf("the agent is checking out %s in place (it holds %s)", ref, shortRev(info.GetRevision())),
+			After:   checkoutPoll(co, now)}
 	case agentv1.CheckoutState_CHECKOUT_STATE_FAILED:
 		retry, reason := checkoutRetryTransient, autov1alpha1.WorkspaceReasonCheckoutFailed
 		if co.GetReason() != "" {
@@ -101,6 +102,24 @@ func decideCheckout(spec *autov1alpha1.WorkspaceSpec, info *agentv1.InfoResponse
 			Message: fmt.Sprintf("check out %s: %s (the agent keeps %s; asked again at %s)", ref, co.GetMessage(), shortRev(info.GetRevision()), at.UTC().Format(time.RFC3339))}
 	}
 	return start
+}
+
+// Polls of a running checkout: the agent is asked again after half the
+// time the checkout has run so far, between checkoutPollMin and
+// checkoutPollMax, so a fast fetch (most are under a second) is seen within
+// a fraction of its time and a slow one is not asked about many times. An
+// agent that gives no start time is asked every checkoutPollMax.
+const (
+	checkoutPollMin = 100 * time.Millisecond
+	checkoutPollMax = 2 * time.Second
+)
+
+// checkoutPoll is when to ask again about a running checkout.
+func checkoutPoll(co *agentv1.CheckoutStatus, now time.Time) time.Duration {
+	if co.GetStartTimeUnixNano() == 0 {
+		return checkoutPollMax
+	}
+	return min(max(now.Sub(time.Unix(0, co.GetStartTimeUnixNano()))/2, checkoutPollMin), checkoutPollMax)
 }
 
 // reconcileCheckout moves a serving agent to the spec's source revision in
@@ -144,7 +163,7 @@ func (r *WorkspaceReconciler) reconcileCheckout(ctx context.Context, sc *workspa
 		return fmt.Errorf("ask the agent to check out the new revision: %w", err)
 	}
 	log.FromContext(ctx).Info("Checking out the new revision in place", "ref", st.GetSourceRef(), "from", info.GetRevision())
-	return &waitingError{reason: autov1alpha1.WorkspaceReasonInitializing, requeue: 2 * time.Second,
+	return &waitingError{reason: autov1alpha1.WorkspaceReasonInitializing, requeue: checkoutPoll(st, r.now()),
 		msg: fmt.Sprintf("the agent is checking out %s in place (it holds %s)", st.GetSourceRef(), shortRev(info.GetRevision()))}
 }
 

@@ -31,6 +31,9 @@ func TestDecideCheckout(t *testing.T) {
 		return &agentv1.CheckoutStatus{SourceRef: b, State: agentv1.CheckoutState_CHECKOUT_STATE_FAILED, Reason: reason,
 			Message: "commit not found", EndTimeUnixNano: now.Add(-ago).UnixNano()}
 	}
+	running := func(ago time.Duration) *agentv1.CheckoutStatus {
+		return &agentv1.CheckoutStatus{SourceRef: b, State: agentv1.CheckoutState_CHECKOUT_STATE_RUNNING, StartTimeUnixNano: now.Add(-ago).UnixNano()}
+	}
 	cases := []struct {
 		name    string
 		spec    *autov1alpha1.WorkspaceSpec
@@ -47,8 +50,18 @@ func TestDecideCheckout(t *testing.T) {
 		{name: "new artifact", spec: flux, info: at("sha256:aa", nil), want: checkoutStart},
 		{name: "artifact in place", spec: flux, info: at("sha256:bb", nil), want: checkoutDone},
 		{name: "an older checkout failed", spec: git, info: at(a, &agentv1.CheckoutStatus{SourceRef: "cccc", State: agentv1.CheckoutState_CHECKOUT_STATE_FAILED, Reason: "SourceUnavailable"}), want: checkoutStart},
-		{name: "checking out", spec: git, info: at(a, &agentv1.CheckoutStatus{SourceRef: b, State: agentv1.CheckoutState_CHECKOUT_STATE_RUNNING}),
+		{name: "checking out, agent gives no start", spec: git, info: at(a, &agentv1.CheckoutStatus{SourceRef: b, State: agentv1.CheckoutState_CHECKOUT_STATE_RUNNING}),
 			want: checkoutWait, reason: autov1alpha1.WorkspaceReasonInitializing, after: 2 * time.Second},
+		{name: "checking out, just started", spec: git, info: at(a, running(50*time.Millisecond)),
+			want: checkoutWait, reason: autov1alpha1.WorkspaceReasonInitializing, after: 100 * time.Millisecond},
+		{name: "checking out for 600ms", spec: git, info: at(a, running(600*time.Millisecond)),
+			want: checkoutWait, reason: autov1alpha1.WorkspaceReasonInitializing, after: 300 * time.Millisecond},
+		{name: "checking out for 3s", spec: git, info: at(a, running(3*time.Second)),
+			want: checkoutWait, reason: autov1alpha1.WorkspaceReasonInitializing, after: 1500 * time.Millisecond},
+		{name: "checking out for a minute", spec: git, info: at(a, running(time.Minute)),
+			want: checkoutWait, reason: autov1alpha1.WorkspaceReasonInitializing, after: 2 * time.Second},
+		{name: "checking out, agent clock ahead", spec: git, info: at(a, running(-time.Second)),
+			want: checkoutWait, reason: autov1alpha1.WorkspaceReasonInitializing, after: 100 * time.Millisecond},
 		{name: "missing commit, just now", spec: git, info: at(a, failed("SourceUnavailable", 10*time.Second)),
 			want: checkoutFailed, reason: autov1alpha1.WorkspaceReasonSourceUnavailable, stalled: true, after: 50 * time.Second},
 		{name: "install timed out, just now", spec: git, info: at(a, failed("InstallationFailed", 30*time.Second)),

@@ -256,6 +256,8 @@ func (tl *timeline) report(t *testing.T, what, commit string, committed time.Tim
 			fmt.Fprintf(&b, "; Update Running → Complete %s", round(done.Sub(run)))
 			if e := engine(st, commit); e > 0 {
 				fmt.Fprintf(&b, ", of which the engine (backend history, whole seconds) %s", e)
+			} else {
+				b.WriteString(" (no engine time in the backend's history)")
 			}
 		}
 		t.Log(b.String())

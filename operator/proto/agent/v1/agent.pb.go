@@ -614,8 +614,12 @@ type CheckoutStatus struct {
 	// revision is the commit SHA or digest checked out, once succeeded.
 	Revision        string `protobuf:"bytes,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	EndTimeUnixNano int64  `protobuf:"varint,6,opt,name=end_time_unix_nano,json=endTimeUnixNano,proto3" json:"end_time_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// start_time_unix_nano is when the agent began this checkout (0 from an
+	// agent that predates it): the operator asks again soon after a start and
+	// less often as a checkout lasts.
+	StartTimeUnixNano int64 `protobuf:"varint,7,opt,name=start_time_unix_nano,json=startTimeUnixNano,proto3" json:"start_time_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CheckoutStatus) Reset() {
@@ -686,6 +690,13 @@ func (x *CheckoutStatus) GetRevision() string {
 func (x *CheckoutStatus) GetEndTimeUnixNano() int64 {
 	if x != nil {
 		return x.EndTimeUnixNano
+	}
+	return 0
+}
+
+func (x *CheckoutStatus) GetStartTimeUnixNano() int64 {
+	if x != nil {
+		return x.StartTimeUnixNano
 	}
 	return 0
 }
@@ -1517,7 +1528,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x0finstallation_id\x18\x02 \x01(\tR\x0einstallationId\x12\x1f\n" +
 	"\vprivate_key\x18\x03 \x01(\tR\n" +
 	"privateKey\x12\x17\n" +
-	"\aapi_url\x18\x04 \x01(\tR\x06apiUrl\"\xe3\x01\n" +
+	"\aapi_url\x18\x04 \x01(\tR\x06apiUrl\"\x94\x02\n" +
 	"\x0eCheckoutStatus\x12\x1d\n" +
 	"\n" +
 	"source_ref\x18\x01 \x01(\tR\tsourceRef\x127\n" +
@@ -1525,7 +1536,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\tR\brevision\x12+\n" +
-	"\x12end_time_unix_nano\x18\x06 \x01(\x03R\x0fendTimeUnixNano\"\xdb\x01\n" +
+	"\x12end_time_unix_nano\x18\x06 \x01(\x03R\x0fendTimeUnixNano\x12/\n" +
+	"\x14start_time_unix_nano\x18\a \x01(\x03R\x11startTimeUnixNano\"\xdb\x01\n" +
 	"\n" +
 	"ConfigItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
