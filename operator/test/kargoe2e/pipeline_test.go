@@ -85,6 +85,13 @@ type pipeline struct {
 	pe      *substrate.Pulumi
 	program *gitrepo.Repo
 	start   time.Time
+	// tl, when set, records the pipeline's milestones (timeline_test.go).
+	tl *timeline
+}
+
+// engineTime is the engine's own time for commit in the stage's stack.
+func (p *pipeline) engineTime(stage, commit string) time.Duration {
+	return engineTime(p.t, p.pe.Backend, programProject, stage, commit)
 }
 
 // TestKargoPromotesStacks runs examples/kargo with the real Kargo: the shipped
@@ -123,6 +130,7 @@ func TestKargoPromotesStacks(t *testing.T) {
 	r1 := p.setUp(ctx)
 	tl := &timeline{}
 	tl.record(t, p.Pipeline)
+	p.tl = tl
 
 	// Release 1: Freight, then dev and preview by auto-promotion.
 	f1 := p.waitFreight(ctx, r1, 2*time.Minute)
@@ -162,9 +170,7 @@ func TestKargoPromotesStacks(t *testing.T) {
 	// Release 1 was committed before the Warehouse existed: its clock starts
 	// when the Warehouse was applied.
 	tl.report(t, "release 1", r1, p.start, f1.Name, map[string]time.Time{"dev": {}, "preview": {}, "test": testStart, "prod": merged},
-		func(stage, commit string) time.Duration {
-			return engineTime(t, p.pe.Backend, programProject, stage, commit)
-		})
+		p.engineTime)
 
 	// Release 2 is broken: its dev promotion fails with the service's reason.
 	r2 := p.program.Commit(t, "Release 2: breaks on update", map[string]string{"programs/web/Pulumi.yaml": program(2, true)})
@@ -558,6 +564,7 @@ func (p *pipeline) prodThroughPullRequest(ctx context.Context, f *kargo.Freight,
 func (p *pipeline) deletingReleaseStopsBeforeProd(ctx context.Context) string {
 	t := p.t
 	r3 := p.program.Commit(t, "Release 3: renames the record", map[string]string{"programs/web/Pulumi.yaml": renamed(3)})
+	pushed := time.Now()
 	if err := p.Refresh(ctx, kargo.WarehouseKind, kargo.ExampleWarehouse); err != nil {
 		t.Fatal(err)
 	}
@@ -566,6 +573,12 @@ func (p *pipeline) deletingReleaseStopsBeforeProd(ctx context.Context) string {
 		p.waitPromotion(ctx, st, f3.Name, "Succeeded", 4*time.Minute)
 	}
 	p.waitVerified(ctx, f3.Name, 3*time.Minute, "dev")
+	// The path of a release into Stacks that exist (their agents check it
+	// out in place), from the push (the Warehouse refreshed as a push
+	// webhook does).
+	if p.tl != nil {
+		p.tl.report(t, "release 3", r3, pushed, f3.Name, map[string]time.Time{"dev": {}}, p.engineTime)
+	}
 	if _, ok := p.pe.Record(t, "web-dev"); ok {
 		t.Fatal("dev applied release 3 but its old record is still there")
 	}

@@ -257,7 +257,7 @@ func (tl *timeline) report(t *testing.T, what, commit string, committed time.Tim
 			if e := engine(st, commit); e > 0 {
 				fmt.Fprintf(&b, ", of which the engine (backend history, whole seconds) %s", e)
 			} else {
-				b.WriteString(" (no engine time in the backend's history)")
+				b.WriteString(" (no record in the backend's history: previews are not recorded)")
 			}
 		}
 		t.Log(b.String())
