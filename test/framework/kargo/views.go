@@ -238,39 +238,39 @@ func (p *Pipeline) Freight(ctx context.Context, name string) (*Freight, error) {
 
 // AllPromotions lists the project's Promotions (nil on error).
 func (p *Pipeline) AllPromotions(ctx context.Context) []*Promotion {
-	items, err := p.list(ctx, PromotionKind)
-	if err != nil {
-		return nil
-	}
-	var out []*Promotion
-	for i := range items {
-		pr := &Promotion{}
-		if err := fromUnstructured(&items[i], pr); err != nil {
-			continue
-		}
-		pr.Name, pr.Created, pr.Annotations = items[i].GetName(), items[i].GetCreationTimestamp().Time, items[i].GetAnnotations()
-		out = append(out, pr)
-	}
+	out, _ := p.promotions(ctx)
 	return out
 }
 
-// PromotionOf is the newest Promotion of the Freight into the Stage (nil
-// when none).
-func (p *Pipeline) PromotionOf(ctx context.Context, stage, freight string) (*Promotion, error) {
+func (p *Pipeline) promotions(ctx context.Context) ([]*Promotion, error) {
 	items, err := p.list(ctx, PromotionKind)
 	if err != nil {
 		return nil, err
 	}
-	var found *Promotion
+	out := make([]*Promotion, 0, len(items))
 	for i := range items {
 		pr := &Promotion{}
 		if err := fromUnstructured(&items[i], pr); err != nil {
 			return nil, err
 		}
+		pr.Name, pr.Created, pr.Annotations = items[i].GetName(), items[i].GetCreationTimestamp().Time, items[i].GetAnnotations()
+		out = append(out, pr)
+	}
+	return out, nil
+}
+
+// PromotionOf is the newest Promotion of the Freight into the Stage (nil
+// when none).
+func (p *Pipeline) PromotionOf(ctx context.Context, stage, freight string) (*Promotion, error) {
+	all, err := p.promotions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found *Promotion
+	for _, pr := range all {
 		if pr.Spec.Stage != stage || pr.Spec.Freight != freight {
 			continue
 		}
-		pr.Name, pr.Created, pr.Annotations = items[i].GetName(), items[i].GetCreationTimestamp().Time, items[i].GetAnnotations()
 		if found == nil || !pr.Created.Before(found.Created) {
 			found = pr
 		}
