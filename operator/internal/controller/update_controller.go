@@ -58,6 +58,15 @@ type UpdateReconciler struct {
 	Now func() time.Time
 
 	followers *followers
+	// tokens remembers, per Workspace UID, the agent token read from its
+	// Secret, so the reconciles of an Update (one to start it, one to
+	// record its end) and of the Updates after it do not read the Secret
+	// each time: Secrets are read from the API server, uncached, and those
+	// two reads were a fifth of the operator's latency per Update. The
+	// memory is dropped when the agent refuses the token (the Workspace
+	// controller recreated its Secret) and when the Workspace is deleted. A
+	// restarted operator reads the Secret again.
+	tokens sync.Map // types.UID → string
 }
 
 // updateScope is what one reconcile of an Update has learned so far.
@@ -65,6 +74,8 @@ type updateScope struct {
 	update *autov1alpha1.Update
 	// agent runs the Update: its workspace's.
 	agent agentv1.AgentClient
+	// workspaceUID is the UID of the agent's Workspace (its token's key).
+	workspaceUID types.UID
 	// notices are what the agent did besides the run (a stale lock it
 	// removed), reported once the run's end is stored.
 	notices []string
@@ -152,18 +163,40 @@ func (r *UpdateReconciler) reconcileWorkspace(ctx context.Context, sc *updateSco
 	}
 	var token string
 	if r.Agents.WorkspaceTokens() {
-		var tok corev1.Secret
-		if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: workspace.TokenSecretName(&ws)}, &tok); err != nil {
-			return fmt.Errorf("read workspace token: %w", err)
+		if token, err = r.workspaceToken(ctx, &ws); err != nil {
+			return err
 		}
-		token = string(tok.Data[pod.TokenSecretKey])
 	}
 	agent, err := r.Agents.Get(ws.Status.Address, token)
 	if err != nil {
 		return err
 	}
-	sc.agent = agent
+	sc.agent, sc.workspaceUID = agent, ws.UID
 	return nil
+}
+
+// workspaceToken is the agent token of ws, read from its Secret once per
+// Workspace UID (see tokens).
+func (r *UpdateReconciler) workspaceToken(ctx context.Context, ws *autov1alpha1.Workspace) (string, error) {
+	if t, ok := r.tokens.Load(ws.UID); ok {
+		return t.(string), nil
+	}
+	var tok corev1.Secret
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws)}, &tok); err != nil {
+		return "", fmt.Errorf("read workspace token: %w", err)
+	}
+	token := string(tok.Data[pod.TokenSecretKey])
+	r.tokens.Store(ws.UID, token)
+	return token, nil
+}
+
+// refused drops the remembered token of the Workspace whose agent refused
+// it (err is Unauthenticated): the next reconcile, which the returned error
+// brings, reads the Secret again.
+func (r *UpdateReconciler) refused(sc *updateScope, err error) {
+	if status.Code(err) == codes.Unauthenticated {
+		r.tokens.Delete(sc.workspaceUID)
+	}
 }
 
 // reconcileStart starts the operation and returns at once; the follower
@@ -194,6 +227,7 @@ func (r *UpdateReconciler) reconcileStart(ctx context.Context, sc *updateScope) 
 		return &waitingError{reason: autov1alpha1.UpdateReasonNotStarted, msg: status.Convert(err).Message(), requeue: 3 * time.Second}
 	}
 	if err != nil {
+		r.refused(sc, err)
 		return fmt.Errorf("start %s in workspace %s: %w", u.Spec.Type, u.Spec.WorkspaceName, err)
 	}
 	if op.State != agentv1.OperationState_OPERATION_STATE_RUNNING {
@@ -226,6 +260,7 @@ func (r *UpdateReconciler) reconcileProgress(ctx context.Context, sc *updateScop
 	if err != nil {
 		// The agent may be restarting; backoff applies, and once it answers
 		// the run is found or reported unknown.
+		r.refused(sc, err)
 		return fmt.Errorf("ask workspace %s about the run: %w", u.Spec.WorkspaceName, err)
 	}
 	if op.State == agentv1.OperationState_OPERATION_STATE_RUNNING {

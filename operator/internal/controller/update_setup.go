@@ -49,8 +49,12 @@ func (r *UpdateReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // updatesOfWorkspace wakes the unfinished Updates of a Workspace that changed
-// (became ready, or went away).
+// (became ready, or went away). A Workspace being deleted takes its
+// remembered agent token with it.
 func (r *UpdateReconciler) updatesOfWorkspace(ctx context.Context, o client.Object) []reconcile.Request {
+	if !o.GetDeletionTimestamp().IsZero() {
+		r.tokens.Delete(o.GetUID())
+	}
 	var list autov1alpha1.UpdateList
 	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{workspaceNameField: o.GetName()}); err != nil {
 		return nil
