@@ -58,15 +58,11 @@ type UpdateReconciler struct {
 	Now func() time.Time
 
 	followers *followers
-	// tokens remembers, per Workspace UID, the agent token read from its
-	// Secret, so the reconciles of an Update (one to start it, one to
-	// record its end) and of the Updates after it do not read the Secret
-	// each time: Secrets are read from the API server, uncached, and those
-	// two reads were a fifth of the operator's latency per Update. The
-	// memory is dropped when the agent refuses the token (the Workspace
-	// controller recreated its Secret) and when the Workspace is deleted. A
-	// restarted operator reads the Secret again.
-	tokens sync.Map // types.UID → string
+	// Tokens remembers agent tokens (shared with the Workspace controller):
+	// the reconciles of an Update (one to start it, one to record its end)
+	// and of the Updates after it do not read the token Secret; nil reads it
+	// every time.
+	Tokens *AgentTokens
 }
 
 // updateScope is what one reconcile of an Update has learned so far.
@@ -176,17 +172,17 @@ func (r *UpdateReconciler) reconcileWorkspace(ctx context.Context, sc *updateSco
 }
 
 // workspaceToken is the agent token of ws, read from its Secret once per
-// Workspace UID (see tokens).
+// Workspace UID (see AgentTokens).
 func (r *UpdateReconciler) workspaceToken(ctx context.Context, ws *autov1alpha1.Workspace) (string, error) {
-	if t, ok := r.tokens.Load(ws.UID); ok {
-		return t.(string), nil
+	if t, ok := r.Tokens.get(ws.UID); ok {
+		return t, nil
 	}
 	var tok corev1.Secret
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws)}, &tok); err != nil {
 		return "", fmt.Errorf("read workspace token: %w", err)
 	}
 	token := string(tok.Data[pod.TokenSecretKey])
-	r.tokens.Store(ws.UID, token)
+	r.Tokens.put(ws.UID, token)
 	return token, nil
 }
 
@@ -195,7 +191,7 @@ func (r *UpdateReconciler) workspaceToken(ctx context.Context, ws *autov1alpha1.
 // brings, reads the Secret again.
 func (r *UpdateReconciler) refused(sc *updateScope, err error) {
 	if status.Code(err) == codes.Unauthenticated {
-		r.tokens.Delete(sc.workspaceUID)
+		r.Tokens.forget(sc.workspaceUID)
 	}
 }
 

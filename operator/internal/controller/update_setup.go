@@ -53,7 +53,7 @@ func (r *UpdateReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // remembered agent token with it.
 func (r *UpdateReconciler) updatesOfWorkspace(ctx context.Context, o client.Object) []reconcile.Request {
 	if !o.GetDeletionTimestamp().IsZero() {
-		r.tokens.Delete(o.GetUID())
+		r.Tokens.forget(o.GetUID())
 	}
 	var list autov1alpha1.UpdateList
 	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{workspaceNameField: o.GetName()}); err != nil {

@@ -48,7 +48,7 @@ func TestUpdateTokenReadOnce(t *testing.T) {
 	})
 	fctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	r := &UpdateReconciler{Client: c, Recorder: e.events, Agents: e.pool, Now: e.clock,
+	r := &UpdateReconciler{Client: c, Recorder: e.events, Agents: e.pool, Now: e.clock, Tokens: &AgentTokens{},
 		followers: &followers{ctx: fctx, active: map[types.UID]bool{}, done: make(chan event.GenericEvent, 16)}}
 	bearers := func() map[string]bool {
 		var b map[string]bool
@@ -105,7 +105,7 @@ func TestUpdateTokenReadOnce(t *testing.T) {
 	gone := ws.DeepCopy()
 	gone.DeletionTimestamp = &now
 	r.updatesOfWorkspace(ctx, gone)
-	if _, ok := r.tokens.Load(ws.UID); ok {
+	if _, ok := r.Tokens.get(ws.UID); ok {
 		t.Fatal("the token of a deleted Workspace is still remembered")
 	}
 }

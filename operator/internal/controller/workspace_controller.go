@@ -50,14 +50,9 @@ type WorkspaceReconciler struct {
 	// agent (which knows what it holds) accepts the same configuration at
 	// once, even while an update runs.
 	applied sync.Map // types.UID → appliedConfig
-	// tokens remembers, per Workspace UID, the agent token read from (or
-	// written to) its Secret, so a Workspace looked at again does not read
-	// the Secret again (Secrets are read from the API server, uncached). A
-	// token never changes for a UID (the Secret's name carries it); the
-	// memory is dropped when the agent refuses the token, when the runtime
-	// reports the Workspace failing (a deleted Secret is then recreated), and
-	// with the Workspace. A restarted operator reads the Secret again.
-	tokens sync.Map // types.UID → string
+	// Tokens remembers agent tokens (shared with the Update controller);
+	// nil reads the token Secret on every reconcile.
+	Tokens *AgentTokens
 
 	// Now is the clock deciding checkout retries; nil means time.Now.
 	Now func() time.Time
@@ -120,7 +115,7 @@ func (r *WorkspaceReconciler) reconcileDelete(ctx context.Context, sc *workspace
 	}
 	r.Agents.Forget(ws.Status.Address)
 	r.applied.Delete(ws.UID)
-	r.tokens.Delete(ws.UID)
+	r.Tokens.forget(ws.UID)
 	if controllerutil.RemoveFinalizer(ws, workspaceFinalizer) {
 		if err := r.Update(ctx, ws); client.IgnoreNotFound(err) != nil {
 			return err
@@ -151,8 +146,8 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, sc *workspaceS
 	if !r.Agents.WorkspaceTokens() {
 		return nil
 	}
-	if t, ok := r.tokens.Load(ws.UID); ok {
-		sc.token = t.(string)
+	if t, ok := r.Tokens.get(ws.UID); ok {
+		sc.token = t
 		return nil
 	}
 	key := types.NamespacedName{Namespace: ws.Namespace, Name: workspace.TokenSecretName(ws)}
@@ -165,7 +160,7 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, sc *workspaceS
 					"waiting for it to be deleted so that the operator issues the token", key.Name)}
 		}
 		sc.token = string(s.Data[pod.TokenSecretKey])
-		r.tokens.Store(ws.UID, sc.token)
+		r.Tokens.put(ws.UID, sc.token)
 		return nil
 	}
 	if !apierrors.IsNotFound(err) {
@@ -187,7 +182,7 @@ func (r *WorkspaceReconciler) reconcileToken(ctx context.Context, sc *workspaceS
 		return fmt.Errorf("create agent token secret: %w", err)
 	}
 	sc.token = string(s.Data[pod.TokenSecretKey])
-	r.tokens.Store(ws.UID, sc.token)
+	r.Tokens.put(ws.UID, sc.token)
 	return nil
 }
 
@@ -202,7 +197,7 @@ func (r *WorkspaceReconciler) reconcileRuntime(ctx context.Context, sc *workspac
 	if st.Failed || st.Reason != "" {
 		// Failing (a deleted token Secret the pod cannot mount, say): read
 		// the token Secret again next time, recreating it if it is gone.
-		r.tokens.Delete(sc.ws.UID)
+		r.Tokens.forget(sc.ws.UID)
 	}
 	switch {
 	case st.Failed:
@@ -249,7 +244,7 @@ func (r *WorkspaceReconciler) reconcileAgent(ctx context.Context, sc *workspaceS
 	if status.Code(err) == codes.Unauthenticated {
 		// The agent holds another token than the one remembered: read
 		// the Secret again.
-		r.tokens.Delete(ws.UID)
+		r.Tokens.forget(ws.UID)
 	}
 	if err != nil {
 		// The agent may be restarting; try again shortly.

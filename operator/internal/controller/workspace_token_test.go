@@ -41,7 +41,7 @@ func TestWorkspaceTokenReadOnce(t *testing.T) {
 		},
 	})
 	rt := &fakeRuntime{}
-	r := &WorkspaceReconciler{Client: c, Recorder: e.events, Runtime: rt, Agents: e.pool, Now: e.clock, WatchPods: true}
+	r := &WorkspaceReconciler{Client: c, Recorder: e.events, Runtime: rt, Agents: e.pool, Now: e.clock, WatchPods: true, Tokens: &AgentTokens{}}
 	key := client.ObjectKey{Namespace: "ns", Name: workspace.TokenSecretName(ws)}
 	token := func() string {
 		t.Helper()

@@ -244,10 +244,12 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The agent tokens the Workspace and Update controllers have read.
+	tokens := &controller.AgentTokens{}
 	if err := (&controller.WorkspaceReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("workspace-controller"),
 		Runtime: rt, Agents: pool, Workers: opts.WorkspaceWorkers, WatchPods: opts.Runtime != RuntimeLocal,
-		SSHKnownHosts: opts.SSHKnownHosts,
+		SSHKnownHosts: opts.SSHKnownHosts, Tokens: tokens,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workspace controller: %w", err)
 	}
@@ -286,7 +288,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 	}
 	if err := (&controller.UpdateReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("update-controller"),
-		Agents: pool, Workers: opts.UpdateWorkers,
+		Agents: pool, Workers: opts.UpdateWorkers, Tokens: tokens,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up update controller: %w", err)
 	}
