@@ -3,6 +3,7 @@ package argocde2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -88,15 +89,16 @@ func startArgo(t *testing.T, v argocd.Version, configure ...func(*argocd.Options
 
 // approvalNamespace is a new namespace of e's control plane with the plan
 // approval admission policy installed and the operator started for it, and
-// the Pulumi engine the operator runs.
-func (e *argoEnv) approvalNamespace(t *testing.T) (string, *substrate.Pulumi) {
+// the Pulumi engine the operator runs. agentEnv is added to the agents'
+// environment.
+func (e *argoEnv) approvalNamespace(t *testing.T, agentEnv ...map[string]string) (string, *substrate.Pulumi) {
 	t.Helper()
 	ns := e.cp.Namespace(t)
 	if err := substrate.InstallPlanApprovalPolicy(context.Background(), e.cp.Config, e.c, ns); err != nil {
 		t.Fatal(err)
 	}
 	pe := substrate.NewPulumi(t)
-	startOperator(t, e.cp, ns, pe)
+	startOperator(t, e.cp, ns, pe, agentEnv...)
 	return ns, pe
 }
 
@@ -111,13 +113,17 @@ func scheme() *runtime.Scheme {
 
 // startOperator runs the operator in this process, with the local workspace
 // runtime, for the test's namespace.
-func startOperator(t *testing.T, cp *substrate.ControlPlane, ns string, pe *substrate.Pulumi) {
+func startOperator(t *testing.T, cp *substrate.ControlPlane, ns string, pe *substrate.Pulumi, agentEnv ...map[string]string) {
 	t.Helper()
+	env := pe.EnvVars()
+	for _, m := range agentEnv {
+		maps.Copy(env, m)
+	}
 	root := t.TempDir()
 	t.Cleanup(func() { local.StopAll(root) })
 	opts := operator.Options{
 		Runtime: operator.RuntimeLocal, LocalRoot: root, AgentBinary: agentBin,
-		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: pe.EnvVars(), WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
+		PulumiRoot: pe.Paths.PulumiRoot, AgentEnv: env, WorkspaceWorkers: 4, UpdateWorkers: 4, StackWorkers: 4,
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{ns},
 	}
 	operatortest.StartOperator(t, cp.Config, opts)

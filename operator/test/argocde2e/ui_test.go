@@ -16,6 +16,7 @@ import (
 	"github.com/stackflow-io/stackflow/test/framework/argocd"
 	"github.com/stackflow-io/stackflow/test/framework/browser"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/provider"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -52,9 +53,10 @@ func uiCaption(s uiState) string {
 	return fmt.Sprintf("![%s: “%s”](images/%s)", s.health, strings.TrimSpace(s.message), s.screenshot)
 }
 
-// uiProgram is a one-record program whose update takes seconds long
-// enough for a person (and the test) to see it running.
-func uiProgram(content, failOn string) string { return programSleeping(content, failOn, 8) }
+// uiProgram is a one-record program. The test sees an update running by
+// holding it (the test provider waits while its hold file exists), so a
+// slow page never misses it.
+func uiProgram(content, failOn string) string { return programSleeping(content, failOn, 0) }
 
 // uiPolicy lets alice see Applications and run the Stack's actions.
 const uiPolicy = `p, role:operator, applications, get, */*, allow
@@ -68,7 +70,9 @@ g, alice, role:operator
 // Application and finds its two Stacks in the resource tree: web, whose
 // first update is seen running (Progressing, a spinning icon, "Running up …"
 // in its details), then Healthy at the commit; gated, whose plan awaits
-// approval (Suspended, with the plan's summary). From the node's Actions
+// approval (Suspended, with the plan's summary). Each running update is
+// held by the test provider until the page has shown it, so a slow machine
+// cannot make the test miss it. From the node's Actions
 // menu she approves gated's plan (it then applies: Healthy) and runs
 // "Reconcile now" on web (a new update runs, seen Progressing, then
 // Healthy). A failing commit makes web Degraded with the error. Each state's
@@ -99,7 +103,23 @@ func TestStackInArgoCDUI(t *testing.T) {
 	})
 	argo, c := e.argo, e.c
 	ctx := context.Background()
-	ns, pe := e.approvalNamespace(t)
+	// While hold exists the test provider holds creating, updating and
+	// refreshing records: web's updates run until the page has shown them.
+	hold := filepath.Join(t.TempDir(), "hold")
+	holdUpdates := func() {
+		t.Helper()
+		if err := os.WriteFile(hold, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := func() {
+		t.Helper()
+		if err := os.Remove(hold); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(release)
+	ns, pe := e.approvalNamespace(t, map[string]string{provider.HoldEnv: hold})
 	if _, err := argo.CheckUI(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -107,10 +127,13 @@ func TestStackInArgoCDUI(t *testing.T) {
 	r := serveRepos(t)
 	sha1 := r.prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": uiProgram("v1", "")})
 	r.manifests.Commit(t, "app", map[string]string{
-		"app/web.yaml":   uiStack(ns, "web", r.prog, ""),
+		// web refreshes before each update, so a Reconcile now that changes
+		// nothing still reads its record: a held step the page can show.
+		"app/web.yaml":   uiStack(ns, "web", r.prog, "  refresh: true\n"),
 		"app/gated.yaml": uiStack(ns, "gated", r.prog, "  approval:\n    required: true\n"),
 	})
 	app := application("ui-"+ns, ns, r.manifestsURL())
+	holdUpdates()
 	if err := c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
@@ -126,23 +149,36 @@ func TestStackInArgoCDUI(t *testing.T) {
 	page.WaitVisible(".application-resource-tree")
 
 	web, gated := stackNode(ns, "web"), stackNode(ns, "gated")
-	// details opens a Stack's details panel, waits for its health and
-	// message, screenshots it, and closes it.
+	// details opens a Stack's details panel until its health details show
+	// the state's message (the panel reads them once, when it opens, and
+	// the tree's spinning icon carries no message), screenshots it, and
+	// closes it.
 	details := func(node string, s uiState, extra string) {
 		t.Helper()
-		page.Click(node + " .application-resource-tree__node-kind-icon")
-		page.WaitText(".sliding-panel", "HEALTH DETAILS")
-		page.WaitText(".sliding-panel", s.message+extra)
+		want := s.message + extra
+		deadline := time.Now().Add(45 * time.Second)
+		for {
+			page.Click(node + " .application-resource-tree__node-kind-icon")
+			page.WaitText(".sliding-panel", "HEALTH DETAILS")
+			if page.HasText(".sliding-panel", want) || time.Now().After(deadline) {
+				break
+			}
+			page.Click(".sliding-panel__close")
+			page.WaitHidden(".sliding-panel__wrapper")
+			<-time.After(time.Second) // between looks, not a negative check
+		}
+		page.WaitText(".sliding-panel", want) // past the deadline, fails saying what it shows
 		page.Screenshot(filepath.Join(shots, s.screenshot))
 		page.Click(".sliding-panel__close")
 		page.WaitHidden(".sliding-panel__wrapper")
 	}
 
 	// 1. web's first update, running: a spinning icon, "Running up <update>
-	//    for <commit>" in its details.
+	//    for <commit>" in its details. Held until seen.
 	page.WaitVisible(web + " svg.spin[qe-id=utils-health-status-title]")
 	details(web, uiStates[0], "")
 	t.Logf("seen: web Progressing")
+	release()
 
 	// 2. web Healthy at the commit; the tree as a person sees it.
 	page.WaitVisible(healthIcon(web, "Healthy", uiStates[1].message+sha1[:7]))
@@ -169,8 +205,10 @@ func TestStackInArgoCDUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := stack.Status.LastUpdate.Name
+	holdUpdates()
 	runAction(page, web, "Reconcile now")
 	page.WaitVisible(web + " svg.spin[qe-id=utils-health-status-title]")
+	release()
 	page.WaitVisible(healthIcon(web, "Healthy", uiStates[1].message+sha1[:7]))
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, stack); err != nil {
 		t.Fatal(err)

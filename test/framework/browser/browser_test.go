@@ -98,6 +98,9 @@ func TestPage(t *testing.T) {
 		p := shared.For(t)
 		p.Navigate(srv.URL)
 		p.WaitText("h1", "welcome")
+		if !p.HasText("h1", "WELCOME") || p.HasText("h1", "Signed in") {
+			t.Error("HasText does not say what the heading holds")
+		}
 		p.SendKeys("#user", "ada")
 		p.SetValue("#password", "secret")
 		p.ClickText("log in")

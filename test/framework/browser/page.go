@@ -78,6 +78,18 @@ func (p *Page) waitText(selector, text string) error {
 	return err
 }
 
+// HasText reports whether, now, the visible text of an element matching the
+// CSS selector (the whole page when selector is empty) holds text, as
+// WaitText means it, without waiting.
+func (p *Page) HasText(selector, text string) bool {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
+	defer cancel()
+	ok, err := chromedp.Run(ctx, chromedp.Evaluate[*bool](call("hasText", selector, text)))
+	p.check(p.failure(fmt.Sprintf("look for %q in %s", text, selector), err, ""))
+	return ok != nil && *ok
+}
+
 // Text is the visible text of the first visible element matching the CSS
 // selector (white space collapsed), waiting for one with some text.
 func (p *Page) Text(selector string) string {

@@ -14,6 +14,9 @@
 // "echo" (any JSON) or "echoEnv" (the name of an environment variable of the
 // provider, whose value follows a string "echo") is returned as the output "echoed" and repeated in failOn's error,
 // as a careless provider would, for redaction tests.
+// The environment variable STACKFLOW_TEST_PROVIDER_HOLD (HoldEnv) names a file:
+// while it exists, create, update and read (refresh) wait, so a test decides
+// when an update ends.
 //
 // It imports only the Pulumi SDK.
 package provider

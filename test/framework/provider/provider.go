@@ -26,9 +26,9 @@ const (
 	RecordType = "stackflowtest:index:Record"
 	// DirEnv names the environment variable used when the "dir" config is unset.
 	DirEnv = "STACKFLOW_TEST_PROVIDER_DIR"
-	// HoldEnv names a file: while it exists, creating or updating a record
-	// waits (after any sleepSeconds), so a test decides when an operation
-	// holding the stack's lock ends.
+	// HoldEnv names a file: while it exists, creating, updating or reading
+	// (refreshing) a record waits (after any sleepSeconds), so a test decides
+	// when an operation holding the stack's lock ends.
 	HoldEnv = "STACKFLOW_TEST_PROVIDER_HOLD"
 
 	// unknown is the engine's sentinel for values not known during preview.
@@ -218,8 +218,13 @@ func (s *Server) Update(ctx context.Context, req *pulumirpc.UpdateRequest) (*pul
 }
 
 // Read reports the file's current content, so refresh sees out-of-band edits; a
-// missing file reads as a deleted resource.
-func (s *Server) Read(_ context.Context, req *pulumirpc.ReadRequest) (*pulumirpc.ReadResponse, error) {
+// missing file reads as a deleted resource. It waits while HoldEnv's file
+// exists, as create and update do, so a test can hold an update that only
+// refreshes.
+func (s *Server) Read(ctx context.Context, req *pulumirpc.ReadRequest) (*pulumirpc.ReadResponse, error) {
+	if err := waitHold(ctx); err != nil {
+		return nil, err
+	}
 	path, err := s.path(req.GetId())
 	if err != nil {
 		return nil, err
@@ -273,17 +278,8 @@ func (s *Server) apply(ctx context.Context, r record, op string) error {
 			return ctx.Err()
 		}
 	}
-	if hold := os.Getenv(HoldEnv); hold != "" {
-		for {
-			if _, err := os.Stat(hold); err != nil {
-				break
-			}
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+	if err := waitHold(ctx); err != nil {
+		return err
 	}
 	if r.FailOn == op || r.FailOn == "always" {
 		return fmt.Errorf("stackflowtest: record %q: failOn=%s: %s refused%s", r.Name, r.FailOn, op, echoSuffix(r))
@@ -309,6 +305,25 @@ func echoSuffix(r record) string {
 	}
 	b, _ := json.Marshal(r.Echoed)
 	return "; echoed " + string(b)
+}
+
+// waitHold waits while the file HoldEnv names exists (polling every 100 ms),
+// or until ctx ends.
+func waitHold(ctx context.Context) error {
+	hold := os.Getenv(HoldEnv)
+	if hold == "" {
+		return nil
+	}
+	for {
+		if _, err := os.Stat(hold); err != nil {
+			return nil
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (s *Server) path(id string) (string, error) {

@@ -132,3 +132,51 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("read of deleted record = %v, %v; want empty id", gone, err)
 	}
 }
+
+// TestHoldWaitsCreateUpdateAndRead: while the hold file exists, create,
+// update and read (refresh) wait until their context ends; once it is gone
+// they proceed.
+func TestHoldWaitsCreateUpdateAndRead(t *testing.T) {
+	dir := t.TempDir()
+	hold := filepath.Join(dir, "hold")
+	t.Setenv(HoldEnv, hold)
+	s := New()
+	if _, err := s.Configure(context.Background(), &pulumirpc.ConfigureRequest{Args: props(t, map[string]any{"dir": dir})}); err != nil {
+		t.Fatal(err)
+	}
+	in := props(t, map[string]any{"name": "r", "content": "one"})
+	ops := map[string]func(context.Context) error{
+		"create": func(ctx context.Context) error {
+			_, err := s.Create(ctx, &pulumirpc.CreateRequest{Properties: in})
+			return err
+		},
+		"update": func(ctx context.Context) error {
+			_, err := s.Update(ctx, &pulumirpc.UpdateRequest{Id: "r", News: in})
+			return err
+		},
+		"read": func(ctx context.Context) error {
+			_, err := s.Read(ctx, &pulumirpc.ReadRequest{Id: "r", Properties: in, Inputs: in})
+			return err
+		},
+	}
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, op := range ops {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- op(ctx) }()
+		cancel()
+		if err := <-done; err == nil || !strings.Contains(err.Error(), context.Canceled.Error()) {
+			t.Errorf("%s while held: %v, want it to wait until its context ends", name, err)
+		}
+	}
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"create", "update", "read"} {
+		if err := ops[name](context.Background()); err != nil {
+			t.Errorf("%s once released: %v", name, err)
+		}
+	}
+}
