@@ -37,12 +37,8 @@ func (r *StackReconciler) startUpdate(ctx context.Context, sc *stackScope, p sta
 	// The decision was made on the Stack as cached: make sure that is the
 	// stored Stack, so a stale cache cannot start again an update that was
 	// already started, recorded and deleted.
-	var stored pulumiv1.Stack
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), &stored); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if stored.ResourceVersion != s.ResourceVersion {
-		return errStale
+	if err := r.cacheBehind(ctx, s); err != nil {
+		return err
 	}
 	err = r.Create(ctx, u)
 	if apierrors.IsAlreadyExists(err) {
@@ -64,6 +60,24 @@ func (r *StackReconciler) startUpdate(ctx context.Context, sc *stackScope, p sta
 		return errUpToDate
 	}
 	return &waitingError{reason: pulumiv1.ReconcilingProcessingReason, msg: fmt.Sprintf("%s %s running for %s (%s)", u.Spec.Type, u.Name, shortRev(cu.Commit), why)}
+}
+
+// cacheBehind reads the stored Stack around the cache: errStale (nothing is
+// written and the reconcile runs again shortly) when the cached s is not the
+// stored one, errGone when the Stack is gone (its deletion event follows),
+// nil when s is the stored Stack.
+func (r *StackReconciler) cacheBehind(ctx context.Context, s *pulumiv1.Stack) error {
+	var stored pulumiv1.Stack
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), &stored); err != nil {
+		if apierrors.IsNotFound(err) {
+			return errGone
+		}
+		return err
+	}
+	if stored.ResourceVersion != s.ResourceVersion {
+		return errStale
+	}
+	return nil
 }
 
 // driftCheckOnly: the update in flight is a drift check and the Stack wants
@@ -104,6 +118,14 @@ func (r *StackReconciler) reconcileCurrentUpdate(ctx context.Context, sc *stackS
 		}
 		if !metav1.IsControlledBy(&u, s) {
 			return nil
+		}
+		// Usually the Update's creation woke this reconcile before the
+		// cache saw the status write that recorded it: the stored Stack
+		// then has it, and the cache catches up (the write's event wakes
+		// the Stack again). Adopted only when the stored Stack lacks it
+		// too (a write that failed, an operator that stopped).
+		if err := r.cacheBehind(ctx, s); err != nil {
+			return err
 		}
 		r.adopt(s, &u)
 		log.FromContext(ctx).Info("Adopted an update started but not recorded", "update", u.Name)
