@@ -21,12 +21,10 @@ import (
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
-// program is a Pulumi YAML program of one test provider record; the record
-// takes a few seconds to create, so that an update is seen running.
-func program(content, failOn string) string { return programSleeping(content, failOn, 4) }
-
-// programSleeping is program with a record that takes seconds to create.
-func programSleeping(content, failOn string, seconds int) string {
+// program is a Pulumi YAML program of one test provider record. A test
+// that must see an update running holds it (updateHold), whatever the
+// machine's speed, instead of making it slow.
+func program(content, failOn string) string {
 	return fmt.Sprintf(`name: synced
 runtime: yaml
 resources:
@@ -36,8 +34,7 @@ resources:
       name: ${pulumi.stack}
       content: %s
       failOn: "%s"
-      sleepSeconds: %d
-`, content, failOn, seconds)
+`, content, failOn)
 }
 
 // manifests are an Application's files: a ConfigMap in wave -1, the Stack in
@@ -162,7 +159,8 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 	c := e.c
 	ns := cp.Namespace(t)
 	pe := substrate.NewPulumi(t)
-	startOperator(t, cp, ns, pe)
+	hold := newUpdateHold(t)
+	startOperator(t, cp, ns, pe, hold.agentEnv())
 
 	r := serveRepos(t)
 	sha1 := r.prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": program("v1", "")})
@@ -170,6 +168,7 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 	prog := r.prog
 
 	app := application("follows-"+ns, ns, r.manifestsURL())
+	hold.hold(t) // the first update runs until the sync is seen waiting on it
 	if err := c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
@@ -254,6 +253,7 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 				fail("wave 1 was applied while the sync waits for the Stack of wave 0")
 			}
 			sawWaiting = true
+			hold.release(t)
 		}
 		return a.Status.Health.Status == "Healthy" && a.Status.Sync.Status == argoappv1.SyncStatusCodeSynced && op != nil && op.Phase == "Succeeded"
 	})
@@ -289,11 +289,13 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 		return a.Status.Health.Status == "Degraded" && h != nil && h.Status == "Degraded" && strings.Contains(h.Message, "failOn=update")
 	})
 	took("failing commit pushed → Application Degraded")
+	hold.hold(t) // the fix's update runs until the Application is seen Progressing
 	sha3 := prog.Commit(t, "v3 fixed", map[string]string{"Pulumi.yaml": program("v3", "")})
 	var sawProgressing bool
 	poll(3*time.Minute, "Application Healthy at the fix", func(a *argoappv1.Application, s *pulumiv1.Stack, h *argocd.Health) bool {
 		if a.Status.Health.Status == "Progressing" && h != nil && h.Status == "Progressing" && s.Status.CurrentUpdate != nil {
 			sawProgressing = true
+			hold.release(t)
 		}
 		return a.Status.Health.Status == "Healthy" && h != nil && strings.Contains(h.Message, sha3[:7]) &&
 			s != nil && isReady(s) && s.Status.LastUpdate.LastSuccessfulCommit == sha3

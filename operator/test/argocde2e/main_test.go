@@ -19,6 +19,7 @@ import (
 	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/operator/internal/workspace/local"
 	"github.com/stackflow-io/stackflow/test/framework/argocd"
+	"github.com/stackflow-io/stackflow/test/framework/provider"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -127,4 +128,38 @@ func startOperator(t *testing.T, cp *substrate.ControlPlane, ns string, pe *subs
 		ArtifactDir: t.TempDir(), StackResyncOverride: time.Second, WatchNamespaces: []string{ns},
 	}
 	operatortest.StartOperator(t, cp.Config, opts)
+}
+
+// updateHold is the test provider's hold file (provider.HoldEnv): while it
+// exists, the agents' record creations, updates and refreshes wait, so a
+// test sees an update running however slow the machine, and lets it end
+// once it has.
+type updateHold string
+
+// newUpdateHold is a hold, released when the test ends.
+func newUpdateHold(t *testing.T) updateHold {
+	h := updateHold(filepath.Join(t.TempDir(), "hold"))
+	t.Cleanup(func() { h.release(t) })
+	return h
+}
+
+// agentEnv is the agents' environment naming the hold.
+func (h updateHold) agentEnv() map[string]string {
+	return map[string]string{provider.HoldEnv: string(h)}
+}
+
+// hold makes updates wait from now on.
+func (h updateHold) hold(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(string(h), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// release lets held updates go on (a no-op when not held).
+func (h updateHold) release(t *testing.T) {
+	t.Helper()
+	if err := os.Remove(string(h)); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 }

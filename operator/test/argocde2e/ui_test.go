@@ -16,7 +16,6 @@ import (
 	"github.com/stackflow-io/stackflow/test/framework/argocd"
 	"github.com/stackflow-io/stackflow/test/framework/browser"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
-	"github.com/stackflow-io/stackflow/test/framework/provider"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
@@ -52,11 +51,6 @@ const uiTree = "argocd-ui-tree.png"
 func uiCaption(s uiState) string {
 	return fmt.Sprintf("![%s: “%s”](images/%s)", s.health, strings.TrimSpace(s.message), s.screenshot)
 }
-
-// uiProgram is a one-record program. The test sees an update running by
-// holding it (the test provider waits while its hold file exists), so a
-// slow page never misses it.
-func uiProgram(content, failOn string) string { return programSleeping(content, failOn, 0) }
 
 // uiPolicy lets alice see Applications and run the Stack's actions.
 const uiPolicy = `p, role:operator, applications, get, */*, allow
@@ -103,29 +97,15 @@ func TestStackInArgoCDUI(t *testing.T) {
 	})
 	argo, c := e.argo, e.c
 	ctx := context.Background()
-	// While hold exists the test provider holds creating, updating and
-	// refreshing records: web's updates run until the page has shown them.
-	hold := filepath.Join(t.TempDir(), "hold")
-	holdUpdates := func() {
-		t.Helper()
-		if err := os.WriteFile(hold, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	release := func() {
-		t.Helper()
-		if err := os.Remove(hold); err != nil && !os.IsNotExist(err) {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(release)
-	ns, pe := e.approvalNamespace(t, map[string]string{provider.HoldEnv: hold})
+	// web's updates run until the page has shown them.
+	hold := newUpdateHold(t)
+	ns, pe := e.approvalNamespace(t, hold.agentEnv())
 	if _, err := argo.CheckUI(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	r := serveRepos(t)
-	sha1 := r.prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": uiProgram("v1", "")})
+	sha1 := r.prog.Commit(t, "v1", map[string]string{"Pulumi.yaml": program("v1", "")})
 	r.manifests.Commit(t, "app", map[string]string{
 		// web refreshes before each update, so a Reconcile now that changes
 		// nothing still reads its record: a held step the page can show.
@@ -133,7 +113,7 @@ func TestStackInArgoCDUI(t *testing.T) {
 		"app/gated.yaml": uiStack(ns, "gated", r.prog, "  approval:\n    required: true\n"),
 	})
 	app := application("ui-"+ns, ns, r.manifestsURL())
-	holdUpdates()
+	hold.hold(t)
 	if err := c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +158,7 @@ func TestStackInArgoCDUI(t *testing.T) {
 	page.WaitVisible(web + " svg.spin[qe-id=utils-health-status-title]")
 	details(web, uiStates[0], "")
 	t.Logf("seen: web Progressing")
-	release()
+	hold.release(t)
 
 	// 2. web Healthy at the commit; the tree as a person sees it.
 	page.WaitVisible(healthIcon(web, "Healthy", uiStates[1].message+sha1[:7]))
@@ -205,10 +185,10 @@ func TestStackInArgoCDUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := stack.Status.LastUpdate.Name
-	holdUpdates()
+	hold.hold(t)
 	runAction(page, web, "Reconcile now")
 	page.WaitVisible(web + " svg.spin[qe-id=utils-health-status-title]")
-	release()
+	hold.release(t)
 	page.WaitVisible(healthIcon(web, "Healthy", uiStates[1].message+sha1[:7]))
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, stack); err != nil {
 		t.Fatal(err)
@@ -219,7 +199,7 @@ func TestStackInArgoCDUI(t *testing.T) {
 	t.Logf("seen: Reconcile now ran update %s", stack.Status.LastUpdate.Name)
 
 	// 6. A failing commit: web Degraded, with the error.
-	r.prog.Commit(t, "v2 fails", map[string]string{"Pulumi.yaml": uiProgram("v2", "update")})
+	r.prog.Commit(t, "v2 fails", map[string]string{"Pulumi.yaml": program("v2", "update")})
 	page.WaitVisible(healthIcon(web, "Degraded", uiStates[3].message))
 	details(web, uiStates[3], "")
 	t.Logf("seen: web Degraded by the failing commit")

@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,11 +21,13 @@ import (
 	pulumiv1 "github.com/stackflow-io/stackflow/operator/api/pulumi/v1"
 	"github.com/stackflow-io/stackflow/operator/internal/operator/operatortest"
 	"github.com/stackflow-io/stackflow/test/framework/gitrepo"
+	"github.com/stackflow-io/stackflow/test/framework/provider"
 	"github.com/stackflow-io/stackflow/test/framework/substrate"
 )
 
-// program's update takes sleepSeconds: long enough to move the Stack to
-// another shard while it runs.
+// program is one record. The test holds its second update (the test
+// provider waits while the hold file exists) to move the Stack to another
+// shard while it runs.
 const program = `name: shards
 runtime: yaml
 config:
@@ -36,7 +39,6 @@ resources:
     properties:
       name: moving
       content: ${content}
-      sleepSeconds: 6
 `
 
 func get(obj client.Object) error {
@@ -69,8 +71,17 @@ func TestStackMovesBetweenShards(t *testing.T) {
 	ctx := context.Background()
 	pe := substrate.NewPulumi(t)
 	ns := suite.CP.Namespace(t)
+	hold := filepath.Join(t.TempDir(), "hold")
+	release := func() {
+		t.Helper()
+		if err := os.Remove(hold); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(release)
 	for _, shard := range []string{"a", "b"} {
 		opts := operatortest.LocalOptions(t, pe, agentPath())
+		opts.AgentEnv[provider.HoldEnv] = hold
 		opts.WatchLabelSelector = labels.SelectorFromSet(labels.Set{pulumiv1.ShardLabel: shard})
 		operatortest.StartOperator(t, suite.CP.Config, opts)
 	}
@@ -96,7 +107,11 @@ func TestStackMovesBetweenShards(t *testing.T) {
 	substrate.Eventually(t, 3*time.Minute, "shard a deploys the Stack", applied("one"))
 	shardOf(t, ns, "a", "moving", "moving-1")
 
-	// A change; once its update runs under shard a, the Stack moves to b.
+	// A change; while its update runs (held) under shard a, the Stack moves
+	// to b, which says it waits for that update; released, b records it.
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	mutate(t, s, func() { s.Spec.Config = content("two") })
 	substrate.Eventually(t, time.Minute, "shard a running the second update", func() (bool, error) {
 		if err := get(s); err != nil {
@@ -106,24 +121,18 @@ func TestStackMovesBetweenShards(t *testing.T) {
 		return cu != nil && cu.Name == "moving-2", fmt.Errorf("current update %+v", cu)
 	})
 	mutate(t, s, func() { s.Labels[pulumiv1.ShardLabel] = "b" })
-	var mu sync.Mutex
-	var messages []string
+	substrate.Eventually(t, time.Minute, "shard b to say it waits for shard a's update", func() (bool, error) {
+		if err := get(s); err != nil {
+			return false, err
+		}
+		c := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.ReconcilingCondition)
+		return c != nil && strings.Contains(c.Message, "runs under the Stack's former shard"), fmt.Errorf("Reconciling: %+v", c)
+	})
+	release()
 	substrate.Eventually(t, 3*time.Minute, "shard b records the second update", func() (bool, error) {
 		ok, err := applied("two")()
-		if c := apimeta.FindStatusCondition(s.Status.Conditions, pulumiv1.ReconcilingCondition); c != nil {
-			mu.Lock()
-			messages = append(messages, c.Message)
-			mu.Unlock()
-		}
 		return ok && s.Status.LastUpdate != nil && s.Status.LastUpdate.Name == "moving-2", err
 	})
-	saidWaiting := false
-	for _, m := range messages {
-		saidWaiting = saidWaiting || strings.Contains(m, "runs under the Stack's former shard")
-	}
-	if !saidWaiting {
-		t.Errorf("the Stack never said it waited for shard a's update (Reconciling messages seen: %q)", messages)
-	}
 	shardOf(t, ns, "b", "moving", "moving-2")
 	if s.Status.UpdateSequence != 2 {
 		t.Fatalf("updateSequence %d after two changes: an update was started twice", s.Status.UpdateSequence)
