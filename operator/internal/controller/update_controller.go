@@ -58,6 +58,11 @@ type UpdateReconciler struct {
 	Now func() time.Time
 
 	followers *followers
+	// Exits, when set, says why a workspace's agent last ended against its
+	// will (the pod runtime reads the kubelet's account), for an Update whose
+	// run the agent no longer knows: "OOMKilled …" rather than only "the
+	// workspace restarted".
+	Exits workspace.ExitReporter
 	// Tokens remembers agent tokens (shared with the Workspace controller):
 	// the reconciles of an Update (one to start it, one to record its end)
 	// and of the Updates after it do not read the token Secret; nil reads it
@@ -241,6 +246,22 @@ func (r *UpdateReconciler) follow(sc *updateScope) error {
 	return &waitingError{reason: autov1alpha1.UpdateReasonProgressing, msg: runningMessage(sc.update), requeue: 2 * time.Minute}
 }
 
+// agentExit is why u's workspace agent last ended against its will since
+// the Update was created, as the runtime tells it; "" when it cannot (an
+// error is logged, not returned: the Update ends either way).
+func (r *UpdateReconciler) agentExit(ctx context.Context, u *autov1alpha1.Update) string {
+	if r.Exits == nil {
+		return ""
+	}
+	ws := &autov1alpha1.Workspace{}
+	ws.Namespace, ws.Name = u.Namespace, u.Spec.WorkspaceName
+	why, err := r.Exits.AgentExit(ctx, ws, u.CreationTimestamp.Time)
+	if err != nil {
+		log.FromContext(ctx).Info("Could not tell why the workspace restarted", "workspace", ws.Name, "error", err.Error())
+	}
+	return why
+}
+
 func runningMessage(u *autov1alpha1.Update) string {
 	return fmt.Sprintf("%s of stack %s running in workspace %s", u.Spec.Type, u.Spec.StackName, u.Spec.WorkspaceName)
 }
@@ -272,6 +293,9 @@ func (r *UpdateReconciler) end(ctx context.Context, sc *updateScope, op *agentv1
 	reason := endReason(op.State)
 	if op.State == agentv1.OperationState_OPERATION_STATE_UNKNOWN && op.Message == "" {
 		op.Message = fmt.Sprintf("the run is gone: workspace %s restarted or was replaced before the update reported a result", u.Spec.WorkspaceName)
+		if why := r.agentExit(ctx, u); why != "" {
+			op.Message = fmt.Sprintf("%s; the run is gone: workspace %s restarted before the update reported a result", why, u.Spec.WorkspaceName)
+		}
 	}
 	if op.EndTimeUnixNano > 0 {
 		u.Status.EndTime = metav1.NewTime(time.Unix(0, op.EndTimeUnixNano))

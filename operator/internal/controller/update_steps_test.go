@@ -355,3 +355,51 @@ func TestUpdateKstatus(t *testing.T) {
 		}
 	})
 }
+
+// exitsSaying is an ExitReporter answering why, recording what it was asked.
+type exitsSaying struct {
+	why   string
+	asked []string
+}
+
+func (x *exitsSaying) AgentExit(_ context.Context, ws *autov1alpha1.Workspace, since time.Time) (string, error) {
+	x.asked = append(x.asked, ws.Namespace+"/"+ws.Name+" since "+since.UTC().Format(time.RFC3339))
+	return x.why, nil
+}
+
+// TestUpdateGoneWithItsAgentSaysWhy: a running Update whose agent no longer
+// knows the run (the workspace container restarted) ends Aborted saying why
+// the agent ended, as the runtime tells it — an OOM kill of the container,
+// agent included, which the agent itself could not report — and only that
+// the workspace restarted when the runtime cannot tell.
+func TestUpdateGoneWithItsAgentSaysWhy(t *testing.T) {
+	const oom = "OOMKilled: the workspace container, its agent included, was killed at 2026-12-01T12:00:03Z for exceeding its memory limit of 64 MiB (raise workspaceTemplate.spec.resources.limits.memory)"
+	for _, tc := range []struct {
+		name, why, want string
+	}{
+		{"the runtime tells", oom, oom + "; the run is gone: workspace app restarted before the update reported a result"},
+		{"the runtime cannot tell", "", "the run is gone: workspace app restarted or was replaced before the update reported a result"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := stepUpdate()
+			u.CreationTimestamp = metav1.NewTime(time.Date(2026, 12, 1, 11, 59, 0, 0, time.UTC))
+			markProgressing(u, runningMessage(u))
+			ws := &autov1alpha1.Workspace{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", Generation: 1, UID: "ws-uid"}}
+			workspaceConditions.markReady(ws, autov1alpha1.WorkspaceReasonRunning, "agent ready")
+			ws.Status.ObservedGeneration, ws.Status.Address = 1, "app.ns:50051"
+			tok := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: workspace.TokenSecretName(ws)}, Data: map[string][]byte{pod.TokenSecretKey: []byte("ws-token")}}
+			e := newStepEnv(t, u, ws, tok)
+			r := newUpdateReconciler(t, e)
+			exits := &exitsSaying{why: tc.why}
+			r.Exits = exits
+			e.reconcile(t, r, u)
+			conditionIs(t, u, autov1alpha1.UpdateConditionTypeComplete, metav1.ConditionTrue, autov1alpha1.UpdateReasonAborted)
+			if u.Status.Message != tc.want {
+				t.Fatalf("message %q, want %q", u.Status.Message, tc.want)
+			}
+			if len(exits.asked) != 1 || exits.asked[0] != "ns/app since 2026-12-01T11:59:00Z" {
+				t.Fatalf("the runtime was asked %q, want once about ns/app since the Update's creation", exits.asked)
+			}
+		})
+	}
+}

@@ -286,9 +286,10 @@ func Setup(mgr ctrl.Manager, opts Options) (*Operator, error) {
 		}
 		op.WebhookAddr = addr
 	}
+	exits, _ := rt.(workspace.ExitReporter) // the pod runtime's; nil for the local one
 	if err := (&controller.UpdateReconciler{
 		Client: c, Recorder: mgr.GetEventRecorderFor("update-controller"),
-		Agents: pool, Workers: opts.UpdateWorkers, Tokens: tokens,
+		Agents: pool, Workers: opts.UpdateWorkers, Tokens: tokens, Exits: exits,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up update controller: %w", err)
 	}

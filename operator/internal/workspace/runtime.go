@@ -46,3 +46,12 @@ type Runtime interface {
 	// Remove stops the workspace's agent and deletes what the runtime made.
 	Remove(ctx context.Context, ws *autov1alpha1.Workspace) error
 }
+
+// ExitReporter is a runtime that can say why a workspace's agent last ended
+// against its will: an Update whose run the agent no longer knows says so,
+// instead of only that the workspace restarted.
+type ExitReporter interface {
+	// AgentExit describes the agent's last abnormal end at or after since
+	// ("" when there was none, or the runtime cannot tell).
+	AgentExit(ctx context.Context, ws *autov1alpha1.Workspace, since time.Time) (string, error)
+}
