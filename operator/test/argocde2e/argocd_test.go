@@ -289,7 +289,9 @@ func applicationFollowsStack(t *testing.T, e *argoEnv) {
 		return a.Status.Health.Status == "Degraded" && h != nil && h.Status == "Degraded" && strings.Contains(h.Message, "failOn=update")
 	})
 	took("failing commit pushed → Application Degraded")
-	hold.hold(t) // the fix's update runs until the Application is seen Progressing
+	// The fix's update runs until the Application is seen Progressing (the
+	// failing commit's retries still fail at once: failOn comes first).
+	hold.hold(t)
 	sha3 := prog.Commit(t, "v3 fixed", map[string]string{"Pulumi.yaml": program("v3", "")})
 	var sawProgressing bool
 	poll(3*time.Minute, "Application Healthy at the fix", func(a *argoappv1.Application, s *pulumiv1.Stack, h *argocd.Health) bool {

@@ -15,8 +15,8 @@
 // provider, whose value follows a string "echo") is returned as the output "echoed" and repeated in failOn's error,
 // as a careless provider would, for redaction tests.
 // The environment variable STACKFLOW_TEST_PROVIDER_HOLD (HoldEnv) names a file:
-// while it exists, create, update and read (refresh) wait, so a test decides
-// when an update ends.
+// while it exists, create, update and read (refresh) wait (a create or update
+// failOn refuses fails at once), so a test decides when an update ends.
 //
 // It imports only the Pulumi SDK.
 package provider

@@ -27,8 +27,9 @@ const (
 	// DirEnv names the environment variable used when the "dir" config is unset.
 	DirEnv = "STACKFLOW_TEST_PROVIDER_DIR"
 	// HoldEnv names a file: while it exists, creating, updating or reading
-	// (refreshing) a record waits (after any sleepSeconds), so a test decides
-	// when an operation holding the stack's lock ends.
+	// (refreshing) a record waits (after any sleepSeconds; a create or update
+	// its failOn refuses fails at once instead), so a test decides when an
+	// operation holding the stack's lock ends.
 	HoldEnv = "STACKFLOW_TEST_PROVIDER_HOLD"
 
 	// unknown is the engine's sentinel for values not known during preview.
@@ -278,11 +279,13 @@ func (s *Server) apply(ctx context.Context, r record, op string) error {
 			return ctx.Err()
 		}
 	}
-	if err := waitHold(ctx); err != nil {
-		return err
-	}
 	if r.FailOn == op || r.FailOn == "always" {
 		return fmt.Errorf("stackflowtest: record %q: failOn=%s: %s refused%s", r.Name, r.FailOn, op, echoSuffix(r))
+	}
+	// Held after failOn: an operation set to fail fails at once, so a held
+	// test waits only on operations that would succeed.
+	if err := waitHold(ctx); err != nil {
+		return err
 	}
 	path, err := s.path(r.Name)
 	if err != nil {

@@ -171,6 +171,12 @@ func TestHoldWaitsCreateUpdateAndRead(t *testing.T) {
 			t.Errorf("%s while held: %v, want it to wait until its context ends", name, err)
 		}
 	}
+	// Set to fail, an operation fails at once: a hold never keeps a test
+	// waiting on an operation that cannot succeed.
+	failing := props(t, map[string]any{"name": "r", "content": "one", "failOn": "update"})
+	if _, err := s.Update(context.Background(), &pulumirpc.UpdateRequest{Id: "r", News: failing}); err == nil || !strings.Contains(err.Error(), "failOn=update") {
+		t.Errorf("a failing update while held: %v, want its failure at once", err)
+	}
 	if err := os.Remove(hold); err != nil {
 		t.Fatal(err)
 	}
